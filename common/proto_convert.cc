@@ -1,0 +1,67 @@
+#include "common/proto_convert.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ccl {
+namespace {
+
+// Wire enums are the native ones shifted by one (0 is UNSPECIFIED on the
+// wire), which keeps both lists in the same order.
+template <typename Native>
+absl::StatusOr<Native> Shifted(int wire, int max_native, const char* what) {
+  if (wire <= 0 || wire > max_native + 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is unspecified or unknown (", wire, ")"));
+  }
+  return static_cast<Native>(wire - 1);
+}
+
+}  // namespace
+
+absl::StatusOr<DType> FromProto(v1::DType dtype) {
+  return Shifted<DType>(dtype, static_cast<int>(DType::kFp8E5M2), "dtype");
+}
+v1::DType ToProto(DType dtype) {
+  return static_cast<v1::DType>(static_cast<int>(dtype) + 1);
+}
+
+absl::StatusOr<ReduceOp> FromProto(v1::ReduceOp op) {
+  return Shifted<ReduceOp>(op, static_cast<int>(ReduceOp::kPremulSum),
+                           "reduce op");
+}
+v1::ReduceOp ToProto(ReduceOp op) {
+  return static_cast<v1::ReduceOp>(static_cast<int>(op) + 1);
+}
+
+absl::StatusOr<Device> FromProto(const v1::Device& device) {
+  if (device.index() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device index ", device.index(), " is negative"));
+  }
+  switch (device.kind()) {
+    case v1::DEVICE_KIND_UNSPECIFIED:
+    case v1::DEVICE_KIND_CPU:
+      return Device{DeviceKind::kCpu, 0};
+    case v1::DEVICE_KIND_CUDA:
+      return Device{DeviceKind::kCuda, device.index()};
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown device kind ", device.kind()));
+  }
+}
+v1::Device ToProto(const Device& device) {
+  v1::Device out;
+  out.set_kind(device.kind == DeviceKind::kCpu ? v1::DEVICE_KIND_CPU
+                                               : v1::DEVICE_KIND_CUDA);
+  out.set_index(device.index);
+  return out;
+}
+
+absl::StatusOr<OpKind> FromProto(v1::OpKind kind) {
+  return Shifted<OpKind>(kind, static_cast<int>(OpKind::kNop), "op kind");
+}
+v1::OpKind ToProto(OpKind kind) {
+  return static_cast<v1::OpKind>(static_cast<int>(kind) + 1);
+}
+
+}  // namespace ccl

@@ -1,0 +1,24 @@
+// Conversions between the wire enums (ccl.v1) and the native ones
+// (common/types.h). Adapters and clients use these; logic never sees protos.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "ccl/v1/common.pb.h"
+#include "ccl/v1/worker.pb.h"
+#include "common/types.h"
+
+namespace ccl {
+
+absl::StatusOr<DType> FromProto(v1::DType dtype);
+v1::DType ToProto(DType dtype);
+
+absl::StatusOr<ReduceOp> FromProto(v1::ReduceOp op);
+v1::ReduceOp ToProto(ReduceOp op);
+
+absl::StatusOr<Device> FromProto(const v1::Device& device);
+v1::Device ToProto(const Device& device);
+
+absl::StatusOr<OpKind> FromProto(v1::OpKind kind);
+v1::OpKind ToProto(OpKind kind);
+
+}  // namespace ccl

@@ -1,0 +1,59 @@
+#include "common/timer_queue.h"
+
+namespace ccl {
+
+TimerQueue::TimerQueue() : thread_([this] { Run(); }) {}
+
+TimerQueue::~TimerQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+TimerQueue::TimerId TimerQueue::Schedule(Clock::time_point deadline,
+                                         std::function<void()> callback) {
+  TimerId id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = next_id_++;
+    timers_.emplace(std::make_pair(deadline, id), std::move(callback));
+    deadlines_.emplace(id, deadline);
+  }
+  wake_.notify_all();
+  return id;
+}
+
+bool TimerQueue::Cancel(TimerId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = deadlines_.find(id);
+  if (it == deadlines_.end()) return false;
+  timers_.erase(std::make_pair(it->second, id));
+  deadlines_.erase(it);
+  return true;
+}
+
+void TimerQueue::Run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    if (timers_.empty()) {
+      wake_.wait(lock);
+      continue;
+    }
+    auto first = timers_.begin();
+    if (first->first.first > Clock::now()) {
+      wake_.wait_until(lock, first->first.first);
+      continue;
+    }
+    std::function<void()> callback = std::move(first->second);
+    deadlines_.erase(first->first.second);
+    timers_.erase(first);
+    lock.unlock();
+    callback();
+    lock.lock();
+  }
+}
+
+}  // namespace ccl

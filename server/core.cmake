@@ -1,0 +1,1 @@
+# Owned by the worker-core work.

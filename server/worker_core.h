@@ -1,0 +1,186 @@
+// The worker's logic, free of gRPC: a tensor store, the communicators this
+// worker is part of, one ordered executor per communicator, and the table
+// of async work. The gRPC adapter (worker_service) converts protos to these
+// types and back; unit tests call this directly.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/types.h"
+#include "server/kv_store.h"
+
+namespace ccl {
+
+enum class FillKind {
+  kZeros,
+  kOnes,
+  kConstant,       // value
+  kRank,           // rank
+  kRankPlusOne,    // rank + 1
+  kArange,         // i
+  kArangePlusRank, // rank + i
+  kRandom,         // uniform [0, 1), from (seed, rank)
+  kAffine,         // value + rank * rank_scale + i * step
+  kUninitialized,
+};
+
+struct Fill {
+  FillKind kind = FillKind::kZeros;
+  double value = 0;
+  double rank_scale = 0;
+  double step = 0;
+  uint64_t seed = 0;
+};
+
+struct TensorMeta {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  Device device;
+  int64_t numel = 0;
+  int64_t bytes = 0;
+};
+
+struct TensorSummary {
+  TensorMeta meta;
+  double sum = 0;
+  double min = 0;
+  double max = 0;
+  uint64_t checksum = 0;  // FNV-1a 64 of the raw bytes
+  std::vector<double> head;
+  int64_t nan_count = 0;
+};
+
+struct OpTiming {
+  int64_t enqueued_unix_us = 0;
+  double queue_us = 0;
+  double device_us = 0;
+  double total_us = 0;
+};
+
+inline constexpr char kWorldGroup[] = "world";
+
+struct OpSpec {
+  std::string group = kWorldGroup;
+  int64_t seq = 0;
+  OpKind kind = OpKind::kBarrier;
+  std::string input;
+  std::string output;  // empty or == input: in place
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double premul_scale = 1.0;
+  int root = 0;
+  int peer = 0;
+  std::chrono::milliseconds timeout{0};  // 0: the worker's default
+  int64_t generation = 0;                // 0: current
+};
+
+enum class WorkState { kQueued, kRunning, kCompleted, kFailed };
+
+// One accepted op. Completion callbacks run on the thread that completes the
+// op (an executor), or at once if it is already done; they must not block.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual int64_t id() const = 0;
+  virtual const OpSpec& spec() const = 0;
+  virtual WorkState state() const = 0;
+  // OK once completed; the op's error once failed; undefined before.
+  virtual absl::Status status() const = 0;
+  virtual OpTiming timing() const = 0;
+  // Blocks the caller (never a gRPC thread) up to `timeout`; DEADLINE_EXCEEDED
+  // if still running then, the op's status otherwise.
+  virtual absl::Status Wait(std::chrono::milliseconds timeout) = 0;
+  virtual void OnDone(std::function<void()> callback) = 0;
+};
+
+struct BenchResult {
+  double avg_us = 0;
+  double min_us = 0;
+  double max_us = 0;
+  int64_t wrong = 0;
+};
+
+struct GroupInfo {
+  std::string name;
+  std::vector<int> ranks;
+  int group_rank = 0;
+  int64_t next_seq = 0;
+  std::string backend;
+  std::string state;
+};
+
+struct WorkerConfig {
+  Device device;
+  int64_t tensor_quota_bytes = 0;  // 0: no quota beyond what the host has
+  std::chrono::milliseconds default_op_timeout{std::chrono::seconds(60)};
+  // How long an executor waits for a missing sequence number.
+  std::chrono::milliseconds seq_gap_timeout{std::chrono::seconds(30)};
+  // Address Gloo's TCP transport binds to.
+  std::string data_host = "127.0.0.1";
+};
+
+class WorkerCore {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerCore>> Create(WorkerConfig config);
+  virtual ~WorkerCore() = default;
+
+  // Builds the world communicator of a generation through `store`
+  // (keys are prefixed with the generation). Blocks; call from a thread
+  // that may block (the worker's main thread), not a gRPC thread.
+  virtual absl::Status FormWorld(int rank, int world_size, int64_t generation,
+                                 KvStore& store) = 0;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int64_t generation() const = 0;
+  virtual std::string backend() const = 0;
+  virtual const WorkerConfig& config() const = 0;
+
+  // Tensors.
+  virtual absl::StatusOr<TensorMeta> Alloc(const TensorMeta& spec,
+                                           const Fill& fill) = 0;
+  virtual absl::StatusOr<int64_t> Free(const std::string& name) = 0;
+  virtual std::vector<TensorMeta> List() const = 0;
+  virtual int64_t BytesInUse() const = 0;
+  virtual absl::StatusOr<TensorMeta> Write(const std::string& name,
+                                           int64_t offset_bytes,
+                                           std::span<const std::byte> data) = 0;
+  // Calls `sink` with consecutive chunks of the element range
+  // [offset, offset + count) (count 0: to the end); stops early when `sink`
+  // returns false.
+  virtual absl::Status Read(
+      const std::string& name, int64_t offset, int64_t count,
+      int64_t chunk_bytes,
+      const std::function<bool(int64_t offset_bytes,
+                                std::span<const std::byte> chunk)>& sink) = 0;
+  virtual absl::StatusOr<TensorSummary> Summarize(const std::string& name,
+                                                  int64_t head) = 0;
+
+  // Ops. Validates (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, ...) before
+  // anything is queued; on success the op runs in (group, seq) order.
+  virtual absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) = 0;
+  // Async ops stay findable by id until waited for successfully.
+  virtual std::shared_ptr<Work> FindWork(int64_t id) = 0;
+  virtual void ForgetWork(int64_t id) = 0;
+  // Runs warmup + iters instances at one seq; `done` gets the result.
+  virtual absl::Status Bench(
+      const OpSpec& spec, int warmup, int iters, bool check,
+      std::function<void(absl::StatusOr<BenchResult>)> done) = 0;
+
+  virtual std::vector<GroupInfo> Groups() const = 0;
+
+  // Fails queued ops and stops executors; tensors are released.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace ccl
