@@ -1,0 +1,331 @@
+// ccctl bench: nccl-tests' flags and table, timed on the workers so that
+// RPC cost stays out of the figure; --e2e adds the time a client sees.
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/ccctl/commands.h"
+#include "client/ccctl/format.h"
+#include "common/proto_convert.h"
+
+namespace ccl::ctl {
+namespace {
+
+struct BenchOp {
+  const char* name;
+  v1::OpKind kind;
+  // nccl-tests' bus bandwidth factor for n ranks.
+  double (*bus_factor)(int n);
+  // Elements of (input, output) per rank for `count` elements of the large
+  // buffer, as nccl-tests sizes them.
+  std::pair<int64_t, int64_t> (*buffers)(int64_t count, int n);
+};
+
+double Factor1(int) { return 1.0; }
+double FactorAllReduce(int n) { return 2.0 * (n - 1) / n; }
+double FactorGather(int n) { return static_cast<double>(n - 1) / n; }
+std::pair<int64_t, int64_t> Same(int64_t c, int) { return {c, c}; }
+std::pair<int64_t, int64_t> Grow(int64_t c, int n) { return {c / n, c}; }
+std::pair<int64_t, int64_t> Shrink(int64_t c, int n) { return {c, c / n}; }
+
+constexpr BenchOp kBenchOps[] = {
+    {"all_reduce", v1::OP_KIND_ALL_REDUCE, FactorAllReduce, Same},
+    {"all_gather", v1::OP_KIND_ALL_GATHER, FactorGather, Grow},
+    {"reduce_scatter", v1::OP_KIND_REDUCE_SCATTER, FactorGather, Shrink},
+    {"broadcast", v1::OP_KIND_BROADCAST, Factor1, Same},
+    {"reduce", v1::OP_KIND_REDUCE, Factor1, Same},
+    {"alltoall", v1::OP_KIND_ALL_TO_ALL, FactorGather, Same},
+    {"gather", v1::OP_KIND_GATHER, FactorGather, Grow},
+    {"scatter", v1::OP_KIND_SCATTER, FactorGather, Shrink},
+    {"sendrecv", v1::OP_KIND_SEND, Factor1, Same},
+};
+
+struct BenchArgs {
+  std::string op_name = "all_reduce";
+  std::string min_bytes = "32M", max_bytes = "32M", step_bytes;
+  double factor = 0;
+  int iters = 20, warmup = 5, root = 0, check = 0;
+  std::string dtype = "float32", reduce = "sum", csv, plot;
+  bool e2e = false;
+};
+
+struct Row {
+  int64_t bytes = 0, count = 0;
+  double time_us[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
+  int64_t wrong[2] = {0, 0};
+  double e2e_us = 0;
+};
+
+const BenchOp* FindOp(const std::string& name) {
+  std::string wanted = name;
+  for (char& c : wanted) if (c == '-') c = '_';
+  if (wanted == "allreduce") wanted = "all_reduce";
+  if (wanted == "allgather") wanted = "all_gather";
+  if (wanted == "reducescatter") wanted = "reduce_scatter";
+  if (wanted == "all_to_all") wanted = "alltoall";
+  for (const BenchOp& op : kBenchOps) {
+    if (wanted == op.name) return &op;
+  }
+  return nullptr;
+}
+
+int RunBench(Globals& globals, const BenchArgs& args) {
+  const BenchOp* op = FindOp(args.op_name);
+  if (!op) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "unknown bench op '", args.op_name,
+                    "'; expected all_reduce, all_gather, reduce_scatter, "
+                    "broadcast, reduce, alltoall, gather, scatter, sendrecv")),
+                true);
+  }
+  auto min_bytes = ParseSize(args.min_bytes);
+  auto max_bytes = ParseSize(args.max_bytes);
+  auto dtype = ParseDType(args.dtype);
+  auto reduce = ParseReduceOp(args.reduce);
+  for (const absl::Status& s : {min_bytes.status(), max_bytes.status(),
+                                dtype.status(), reduce.status()}) {
+    if (!s.ok()) return Fail(s, true);
+  }
+  int64_t step = 0;
+  if (!args.step_bytes.empty()) {
+    auto parsed = ParseSize(args.step_bytes);
+    if (!parsed.ok()) return Fail(parsed.status(), true);
+    step = *parsed;
+  }
+  const double factor = args.factor > 0 ? args.factor : (step > 0 ? 0 : 2);
+  if (*min_bytes < 1 || *max_bytes < *min_bytes || (factor > 0 && factor <= 1)) {
+    return Fail(absl::InvalidArgumentError(
+                    "need 1 <= -b <= -e and a factor -f > 1 (or an increment -i)"),
+                true);
+  }
+  if (args.iters < 1 || args.warmup < 0) {
+    return Fail(absl::InvalidArgumentError("-n must be >= 1 and -w >= 0"), true);
+  }
+  auto client = Connect(globals);
+  if (!client.ok()) return Fail(client.status());
+  const int n = (*client)->world_size();
+  if (op->kind == v1::OP_KIND_SEND && n < 2) {
+    return Fail(absl::FailedPreconditionError("sendrecv needs 2 ranks"));
+  }
+  const int64_t element = static_cast<int64_t>(DTypeSize(*dtype));
+  const std::string in_name = absl::StrCat("ccctl.bench.", getpid(), ".in");
+  const std::string out_name = absl::StrCat("ccctl.bench.", getpid(), ".out");
+  const bool reduction = op->kind == v1::OP_KIND_ALL_REDUCE ||
+                         op->kind == v1::OP_KIND_REDUCE ||
+                         op->kind == v1::OP_KIND_REDUCE_SCATTER;
+  const bool rooted = op->kind == v1::OP_KIND_BROADCAST ||
+                      op->kind == v1::OP_KIND_REDUCE ||
+                      op->kind == v1::OP_KIND_GATHER || op->kind == v1::OP_KIND_SCATTER;
+
+  auto free_all = [&] {
+    for (const auto& name : {in_name, out_name}) {
+      (*client)->FanOut<int64_t>((*client)->AllRanks(),
+                                 [&](int rank) { return (*client)->Free(rank, name); });
+    }
+  };
+  auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
+    auto results = (*client)->FanOut<v1::TensorInfo>((*client)->AllRanks(), [&](int rank) {
+      auto info = (*client)->Info(rank);
+      if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
+      v1::AllocTensorRequest request;
+      request.mutable_spec()->set_name(name);
+      request.mutable_spec()->set_dtype(ToProto(*dtype));
+      request.mutable_spec()->add_shape(numel);
+      *request.mutable_spec()->mutable_device() = info->device();
+      request.mutable_fill()->set_kind(v1::FILL_KIND_ZEROS);
+      return (*client)->Alloc(rank, request);
+    });
+    for (const auto& r : results) {
+      if (!r.result.ok()) return r.result.status();
+    }
+    return absl::OkStatus();
+  };
+
+  std::vector<Row> rows;
+  const bool tty = isatty(STDERR_FILENO);
+  for (int64_t bytes = *min_bytes; bytes <= *max_bytes;
+       bytes = factor > 0 ? static_cast<int64_t>(bytes * factor) : bytes + step) {
+    // Round down so every rank's part is whole, as nccl-tests does.
+    int64_t count = bytes / element;
+    if (op->kind != v1::OP_KIND_ALL_REDUCE && op->kind != v1::OP_KIND_BROADCAST &&
+        op->kind != v1::OP_KIND_REDUCE && op->kind != v1::OP_KIND_SEND) {
+      count = count / n * n;
+    }
+    if (count == 0) continue;
+    const auto [in_count, out_count] = op->buffers(count, n);
+    if (tty && !globals.json()) {
+      std::cerr << "\r[" << rows.size() + 1 << "] " << FormatBytes(count * element)
+                << "    " << std::flush;
+    }
+    Row row;
+    row.bytes = count * element;
+    row.count = count;
+    absl::Status status = alloc_all(in_name, in_count);
+    if (status.ok()) status = alloc_all(out_name, out_count);
+    if (!status.ok()) {
+      free_all();
+      return Fail(status);
+    }
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      auto results = (*client)->Bench([&](int rank) {
+        v1::BenchRequest request;
+        request.set_iters(args.iters);
+        request.set_warmup_iters(args.warmup);
+        request.set_check(args.check != 0);
+        v1::OpRequest& o = *request.mutable_op();
+        o.set_kind(op->kind);
+        o.set_reduce_op(ToProto(*reduce));
+        o.set_premul_scale(1.0);
+        o.set_root(args.root);
+        // In place follows nccl-tests: the large buffer is the only one.
+        const bool grows = out_count > in_count;
+        if (op->kind == v1::OP_KIND_SEND) {
+          o.set_kind(rank == 0 ? v1::OP_KIND_SEND
+                               : rank == 1 ? v1::OP_KIND_RECV : v1::OP_KIND_NOP);
+          o.set_peer(rank == 0 ? 1 : 0);
+          o.set_input(rank == 0 ? in_name : out_name);
+        } else if (in_place) {
+          o.set_input(grows ? out_name : in_name);
+        } else {
+          o.set_input(in_name);
+          o.set_output(out_name);
+        }
+        return request;
+      });
+      if (ReportRankErrors(results)) {
+        free_all();
+        return kExitFailure;
+      }
+      double slowest = 0;
+      for (const auto& r : results) {
+        slowest = std::max(slowest, r.result->avg_us());
+        row.wrong[in_place] += r.result->wrong();
+      }
+      row.time_us[in_place] = slowest;
+      row.algbw[in_place] = slowest > 0 ? row.bytes / slowest / 1e3 : 0;
+      row.busbw[in_place] = row.algbw[in_place] * op->bus_factor(n);
+    }
+    if (args.e2e && op->kind != v1::OP_KIND_SEND) {
+      // The client's view: sync ops one after another, RPCs included.
+      v1::OpRequest o;
+      o.set_kind(op->kind);
+      o.set_reduce_op(ToProto(*reduce));
+      o.set_root(args.root);
+      o.set_input(in_name);
+      o.set_output(out_name);
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < args.iters; ++i) {
+        if (ReportRankErrors((*client)->Collective(o))) {
+          free_all();
+          return kExitFailure;
+        }
+      }
+      row.e2e_us = std::chrono::duration<double, std::micro>(
+                       std::chrono::steady_clock::now() - start)
+                       .count() / args.iters;
+    }
+    free_all();
+    rows.push_back(row);
+    if (factor <= 0 && step <= 0) break;
+  }
+  if (tty && !globals.json()) std::cerr << "\r" << std::string(40, ' ') << "\r";
+
+  double busbw_sum = 0;
+  int64_t wrong_total = 0;
+  for (const Row& row : rows) {
+    busbw_sum += row.busbw[0] + row.busbw[1];
+    wrong_total += row.wrong[0] + row.wrong[1];
+  }
+  const double avg_busbw = rows.empty() ? 0 : busbw_sum / (2.0 * rows.size());
+  const std::string type_name(DTypeName(*dtype));
+  const std::string redop = reduction ? std::string(ReduceOpName(*reduce)) : "none";
+  const int root = rooted ? args.root : -1;
+
+  if (!args.csv.empty()) {
+    std::ofstream csv(args.csv);
+    csv << "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
+           "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us\n";
+    for (const Row& r : rows) {
+      csv << absl::StrFormat("%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f\n",
+                             op->name, r.bytes, r.count, type_name, redop, root,
+                             r.time_us[0], r.algbw[0], r.busbw[0], r.wrong[0],
+                             r.time_us[1], r.algbw[1], r.busbw[1], r.wrong[1], r.e2e_us);
+    }
+  }
+  if (globals.json()) {
+    nlohmann::json document = {{"op", op->name}, {"ranks", n}, {"type", type_name},
+                               {"redop", redop}, {"root", root}, {"iters", args.iters},
+                               {"warmup", args.warmup}};
+    nlohmann::json out = nlohmann::json::array();
+    for (const Row& r : rows) {
+      out.push_back({{"size", r.bytes}, {"count", r.count},
+                     {"time_us", r.time_us[0]}, {"algbw", r.algbw[0]},
+                     {"busbw", r.busbw[0]}, {"wrong", r.wrong[0]},
+                     {"in_place", {{"time_us", r.time_us[1]}, {"algbw", r.algbw[1]},
+                                   {"busbw", r.busbw[1]}, {"wrong", r.wrong[1]}}},
+                     {"e2e_us", r.e2e_us}});
+    }
+    document["rows"] = out;
+    document["avg_busbw"] = avg_busbw;
+    PrintJson(document);
+  } else {
+    std::cout << absl::StrFormat(
+        "# ccctl bench %s: %d ranks, %d iters, %d warmup, timed on the workers\n",
+        op->name, n, args.iters, args.warmup);
+    std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
+                                 args.e2e ? "            client" : "");
+    std::cout << absl::StrFormat(
+        "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size", "count",
+        "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+        "busbw", "#wrong", args.e2e ? " e2e time" : "");
+    std::cout << absl::StrFormat(
+        "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "(B)",
+        "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+        "(GB/s)", "", args.e2e ? "     (us)" : "");
+    for (const Row& r : rows) {
+      std::cout << absl::StrFormat(
+          "%12d %12d %8s %6s %6d %8.2f %7.2f %7.2f %6s %8.2f %7.2f %7.2f %6s",
+          r.bytes, r.count, type_name, redop, root, r.time_us[0], r.algbw[0],
+          r.busbw[0], args.check ? absl::StrCat(r.wrong[0]) : "N/A", r.time_us[1],
+          r.algbw[1], r.busbw[1], args.check ? absl::StrCat(r.wrong[1]) : "N/A");
+      if (args.e2e) std::cout << absl::StrFormat(" %8.2f", r.e2e_us);
+      std::cout << "\n";
+    }
+    std::cout << "# Out of bounds values : " << wrong_total
+              << (wrong_total == 0 ? " OK" : " FAILED") << "\n";
+    std::cout << absl::StrFormat("# Avg bus bandwidth    : %g \n#\n", avg_busbw);
+  }
+  return wrong_total == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app, Globals& globals, int& exit_code) {
+  auto args = std::make_shared<BenchArgs>();
+  auto* bench = app.add_subcommand(
+      "bench", "nccl-tests-style sweep, timed on the workers");
+  bench->add_option("op", args->op_name,
+                    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, "
+                    "alltoall, gather, scatter, sendrecv")
+      ->required();
+  bench->add_option("-b,--minbytes", args->min_bytes)->capture_default_str();
+  bench->add_option("-e,--maxbytes", args->max_bytes)->capture_default_str();
+  bench->add_option("-f,--stepfactor", args->factor, "multiply the size (default 2)");
+  bench->add_option("-i,--stepbytes", args->step_bytes, "add to the size");
+  bench->add_option("-n,--iters", args->iters)->capture_default_str();
+  bench->add_option("-w,--warmup_iters", args->warmup)->capture_default_str();
+  bench->add_option("-d,--datatype", args->dtype)->capture_default_str();
+  bench->add_option("--op", args->reduce, "reduce op (nccl-tests' -o)")
+      ->capture_default_str();
+  bench->add_option("-r,--root", args->root)->capture_default_str();
+  bench->add_option("-c,--check", args->check, "check results on the workers")
+      ->capture_default_str();
+  bench->add_flag("--e2e", args->e2e, "add the time a client sees per op");
+  bench->add_option("--csv", args->csv, "also write the rows to this CSV file");
+  bench->callback([&, args] { exit_code = RunBench(globals, *args); });
+}
+
+}  // namespace ccl::ctl

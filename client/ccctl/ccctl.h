@@ -1,0 +1,60 @@
+// Shared pieces of the ccctl subcommands: global options, output, exit codes.
+#pragma once
+
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/cluster_client.h"
+#include "nlohmann/json.hpp"
+
+namespace google::protobuf {
+class Message;
+}
+
+namespace ccl::ctl {
+
+// Exit codes: 0 success, 1 an RPC or op failed, 2 bad usage.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+struct Globals {
+  std::string coordinator;
+  std::string output = "table";
+  std::string timeout = "30s";
+  std::string group = "world";
+  bool json() const { return output == "json"; }
+};
+
+// Where `ccctl cluster up` keeps its state (logs, pids, the address).
+std::string StateDir();
+// --coordinator, else CCCTL_COORDINATOR, else the local cluster's, else the
+// default port on 127.0.0.1.
+std::string ResolveCoordinator(const Globals& globals);
+
+absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals);
+
+// Prints "ccctl: CODE: message" to stderr; returns kExitFailure (or
+// kExitUsage for INVALID_ARGUMENT raised before any RPC, when `usage`).
+int Fail(const absl::Status& status, bool usage = false);
+// Prints each failed rank; true if any failed.
+template <typename T>
+bool ReportRankErrors(const std::vector<RankResult<T>>& results) {
+  bool failed = false;
+  for (const auto& r : results) {
+    if (!r.result.ok()) {
+      std::cerr << "ccctl: rank " << r.rank << ": "
+                << StatusText(r.result.status()) << "\n";
+      failed = true;
+    }
+  }
+  return failed;
+}
+
+nlohmann::json ProtoToJson(const google::protobuf::Message& message);
+void PrintJson(const nlohmann::json& document);
+
+}  // namespace ccl::ctl

@@ -1,0 +1,245 @@
+// ccctl cluster up|down|status: a local coordinator and N workers in the
+// background, the quickest way to have a cluster. State (pids, address,
+// logs) lives in StateDir().
+#include <signal.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/ccctl/commands.h"
+#include "client/ccctl/format.h"
+#include "client/coordinator_client.h"
+
+namespace ccl::ctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The daemons sit next to ccctl when installed, or in the build tree's
+// sibling folders.
+std::string FindBinary(const std::string& name, const std::string& build_subdir) {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    for (const fs::path& candidate :
+         {self.parent_path() / name,
+          self.parent_path().parent_path() / build_subdir / name}) {
+      if (fs::exists(candidate)) return candidate.string();
+    }
+  }
+  return name;  // rely on PATH
+}
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  // A new session: the daemons outlive this ccctl and its terminal.
+  setsid();
+  const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+  }
+  std::vector<char*> args;
+  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  _exit(127);
+}
+
+bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  return text;
+}
+
+struct UpArgs {
+  int workers = 2;
+  std::string device = "cpu";
+  std::string wait = "60s";
+};
+
+int StopPids(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    if (Alive(pid)) kill(pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (pid_t pid : pids) {
+    while (Alive(pid) && std::chrono::steady_clock::now() < deadline) {
+      waitpid(pid, nullptr, WNOHANG);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (Alive(pid)) kill(pid, SIGKILL);
+  }
+  return kExitOk;
+}
+
+int Down(Globals& globals) {
+  const std::string dir = StateDir();
+  std::ifstream in(dir + "/state.json");
+  if (!in) {
+    std::cout << "no local cluster is running (" << dir << ")\n";
+    return kExitOk;
+  }
+  nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  std::vector<pid_t> pids;
+  if (state.is_object() && state.contains("workers")) {
+    for (const auto& pid : state["workers"]) pids.push_back(pid.get<pid_t>());
+  }
+  if (state.is_object() && state.contains("coordinator_pid")) {
+    pids.push_back(state["coordinator_pid"].get<pid_t>());
+  }
+  StopPids(pids);
+  fs::remove(dir + "/state.json");
+  if (globals.json()) {
+    PrintJson({{"stopped", pids.size()}});
+  } else {
+    std::cout << "stopped the local cluster (" << pids.size() << " processes)\n";
+  }
+  return kExitOk;
+}
+
+int Up(Globals& globals, const UpArgs& args) {
+  if (args.workers < 1) {
+    return Fail(absl::InvalidArgumentError("--workers must be at least 1"), true);
+  }
+  auto wait = ParseDuration(args.wait);
+  if (!wait.ok()) return Fail(wait.status(), true);
+  const std::string dir = StateDir();
+  if (fs::exists(dir + "/state.json")) {
+    Down(globals);
+  }
+  fs::create_directories(dir);
+  const std::string port_file = dir + "/coordinator.port";
+  fs::remove(port_file);
+  const pid_t coordinator_pid =
+      Spawn({FindBinary("cccoord", "coordinator"), "--world-size",
+             absl::StrCat(args.workers), "--listen", "127.0.0.1:0",
+             "--port-file", port_file},
+            dir + "/coordinator.log");
+  const auto deadline = std::chrono::steady_clock::now() + *wait;
+  while (!fs::exists(port_file) && Alive(coordinator_pid) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!fs::exists(port_file)) {
+    StopPids({coordinator_pid});
+    return Fail(absl::UnavailableError(absl::StrCat(
+        "the coordinator did not start; see ", dir, "/coordinator.log")));
+  }
+  const std::string address =
+      absl::StrCat("127.0.0.1:", std::stoi(ReadFile(port_file)));
+  std::vector<pid_t> workers;
+  for (int i = 0; i < args.workers; ++i) {
+    std::string device = args.device;
+    if (device == "cuda") device = absl::StrCat("cuda:", i);
+    workers.push_back(Spawn({FindBinary("ccworker", "server"), "--coordinator",
+                             address, "--device", device, "--rank",
+                             absl::StrCat(i), "--listen", "127.0.0.1:0"},
+                            absl::StrCat(dir, "/worker-", i, ".log")));
+  }
+  nlohmann::json state = {{"coordinator", address},
+                          {"coordinator_pid", coordinator_pid},
+                          {"workers", workers},
+                          {"device", args.device}};
+  std::ofstream(dir + "/state.json") << state.dump(2) << "\n";
+
+  // Ready when the world is complete and every worker says so.
+  auto coordinator = CoordinatorClient::Connect(address, std::chrono::seconds(5));
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() < deadline) {
+    auto world = coordinator->GetWorld();
+    if (world.ok() && world->state() == v1::WORLD_STATE_COMPLETE) {
+      Globals local = globals;
+      local.coordinator = address;
+      auto client = Connect(local);
+      if (client.ok()) {
+        ready = true;
+        for (int rank : (*client)->AllRanks()) {
+          auto info = (*client)->Info(rank);
+          if (!info.ok() || info->state() != "ready") ready = false;
+        }
+      }
+    }
+    for (pid_t pid : workers) {
+      if (!Alive(pid)) {
+        int status = 0;
+        waitpid(pid, &status, WNOHANG);
+      }
+    }
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!ready) {
+    Down(globals);
+    return Fail(absl::DeadlineExceededError(absl::StrCat(
+        "the cluster did not become ready within ", args.wait, "; logs in ", dir)));
+  }
+  if (globals.json()) {
+    PrintJson(state);
+  } else {
+    std::cout << "local cluster up: coordinator " << address << ", "
+              << args.workers << " " << args.device << " workers (logs in "
+              << dir << ")\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddClusterCommands(CLI::App& app, Globals& globals, int& exit_code) {
+  auto* cluster = app.add_subcommand("cluster", "start or stop a local cluster");
+  cluster->require_subcommand(1);
+  auto args = std::make_shared<UpArgs>();
+  auto* up = cluster->add_subcommand(
+      "up", "start a coordinator and N workers on 127.0.0.1 in the background");
+  up->add_option("--workers,-n", args->workers)->capture_default_str();
+  up->add_option("--device", args->device, "cpu or cuda (one GPU per worker)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  up->add_option("--wait", args->wait, "how long to wait for readiness")
+      ->capture_default_str();
+  up->callback([&, args] { exit_code = Up(globals, *args); });
+  auto* down = cluster->add_subcommand("down", "stop the local cluster");
+  down->callback([&] { exit_code = Down(globals); });
+}
+
+void AddCompletionCommand(CLI::App& app, int& exit_code) {
+  auto shell = std::make_shared<std::string>("bash");
+  auto* completion = app.add_subcommand("completion", "print a shell completion script");
+  completion->add_option("shell", *shell)->check(CLI::IsMember({"bash"}));
+  completion->callback([&app, &exit_code] {
+    std::string commands;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      commands += sub->get_name() + " ";
+    }
+    std::cout << "# bash completion for ccctl: source <(ccctl completion bash)\n"
+                 "_ccctl() {\n"
+                 "  local cur=${COMP_WORDS[COMP_CWORD]}\n"
+                 "  if [[ $COMP_CWORD -eq 1 ]]; then\n"
+                 "    COMPREPLY=($(compgen -W \""
+              << commands
+              << "\" -- \"$cur\"))\n"
+                 "  elif [[ ${COMP_WORDS[1]} == tensor && $COMP_CWORD -eq 2 ]]; then\n"
+                 "    COMPREPLY=($(compgen -W \"alloc write read free ls\" -- \"$cur\"))\n"
+                 "  elif [[ ${COMP_WORDS[1]} == cluster && $COMP_CWORD -eq 2 ]]; then\n"
+                 "    COMPREPLY=($(compgen -W \"up down\" -- \"$cur\"))\n"
+                 "  else\n"
+                 "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+                 "  fi\n"
+                 "}\n"
+                 "complete -F _ccctl ccctl\n";
+    exit_code = kExitOk;
+  });
+}
+
+}  // namespace ccl::ctl

@@ -1,0 +1,62 @@
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "client/ccctl/ccctl.h"
+#include "client/ccctl/format.h"
+
+namespace ccl::ctl {
+
+std::string StateDir() {
+  if (const char* dir = std::getenv("CCCTL_STATE_DIR"); dir && *dir) return dir;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.ccctl/cluster";
+}
+
+std::string ResolveCoordinator(const Globals& globals) {
+  if (!globals.coordinator.empty()) return globals.coordinator;
+  if (const char* env = std::getenv("CCCTL_COORDINATOR"); env && *env) return env;
+  std::ifstream state(StateDir() + "/state.json");
+  if (state) {
+    try {
+      nlohmann::json document = nlohmann::json::parse(state);
+      if (document.contains("coordinator")) {
+        return document["coordinator"].get<std::string>();
+      }
+    } catch (const nlohmann::json::exception&) {
+      // A damaged state file falls back to the default address.
+    }
+  }
+  return "127.0.0.1:29400";
+}
+
+absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals) {
+  auto timeout = ParseDuration(globals.timeout);
+  if (!timeout.ok()) return timeout.status();
+  ClientOptions options;
+  options.coordinator = ResolveCoordinator(globals);
+  options.timeout = *timeout;
+  options.group = globals.group;
+  return ClusterClient::Connect(options);
+}
+
+int Fail(const absl::Status& status, bool usage) {
+  std::cerr << "ccctl: " << StatusText(status) << "\n";
+  return usage ? kExitUsage : kExitFailure;
+}
+
+nlohmann::json ProtoToJson(const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &text, options);
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+void PrintJson(const nlohmann::json& document) {
+  std::cout << document.dump(2) << std::endl;
+}
+
+}  // namespace ccl::ctl

@@ -1,0 +1,1409 @@
+#include "client/ccctl/experiment.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/ccctl/format.h"
+
+namespace ccl::ctl {
+
+// ---------------------------------------------------------------------------
+// Expressions
+
+class ExpressionParser {
+ public:
+  explicit ExpressionParser(std::string_view text) : text_(text) {}
+
+  absl::StatusOr<Expression> Run() {
+    Expression e;
+    e.text_ = std::string(text_);
+    e.nodes_.clear();
+    out_ = &e;
+    auto root = ParseSum();
+    if (!root.ok()) return root.status();
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("unexpected '" + Rest() + "'");
+    e.root_ = *root;
+    return e;
+  }
+
+ private:
+  absl::Status Error(const std::string& what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad expression '", std::string(text_), "': ", what));
+  }
+  std::string Rest() const { return std::string(text_.substr(pos_, 10)); }
+  void SkipSpace() {
+    while (pos_ < text_.size() &&
+           std::isspace(static_cast<unsigned char>(text_[pos_]))) {
+      ++pos_;
+    }
+  }
+  // Consumes `token` if it comes next (and, for "*" or "/", is not the start
+  // of "**" or "//").
+  bool Accept(std::string_view token) {
+    SkipSpace();
+    if (text_.substr(pos_, token.size()) != token) return false;
+    if (token.size() == 1 && pos_ + 1 < text_.size() &&
+        text_[pos_ + 1] == token[0] && (token[0] == '*' || token[0] == '/')) {
+      return false;
+    }
+    pos_ += token.size();
+    return true;
+  }
+  int Add(Expression::Node node) {
+    out_->nodes_.push_back(std::move(node));
+    return static_cast<int>(out_->nodes_.size()) - 1;
+  }
+  int Binary(char op, int lhs, int rhs) {
+    Expression::Node node;
+    node.op = op;
+    node.lhs = lhs;
+    node.rhs = rhs;
+    return Add(node);
+  }
+
+  absl::StatusOr<int> ParseSum() {
+    auto lhs = ParseProduct();
+    if (!lhs.ok()) return lhs;
+    while (true) {
+      char op = Accept("+") ? '+' : Accept("-") ? '-' : 0;
+      if (!op) return lhs;
+      auto rhs = ParseProduct();
+      if (!rhs.ok()) return rhs;
+      lhs = Binary(op, *lhs, *rhs);
+    }
+  }
+  absl::StatusOr<int> ParseProduct() {
+    auto lhs = ParseUnary();
+    if (!lhs.ok()) return lhs;
+    while (true) {
+      char op = Accept("*")    ? '*'
+                : Accept("//") ? 'f'
+                : Accept("/")  ? '/'
+                : Accept("%")  ? '%'
+                               : 0;
+      if (!op) return lhs;
+      auto rhs = ParseUnary();
+      if (!rhs.ok()) return rhs;
+      lhs = Binary(op, *lhs, *rhs);
+    }
+  }
+  absl::StatusOr<int> ParseUnary() {
+    if (Accept("-")) {
+      auto operand = ParseUnary();
+      if (!operand.ok()) return operand;
+      return Binary('~', *operand, -1);
+    }
+    if (Accept("+")) return ParseUnary();
+    return ParsePower();
+  }
+  // ** binds tighter than a unary minus on its left and is right-assoc.
+  absl::StatusOr<int> ParsePower() {
+    auto base = ParsePrimary();
+    if (!base.ok()) return base;
+    if (!Accept("**")) return base;
+    auto exponent = ParseUnary();
+    if (!exponent.ok()) return exponent;
+    return Binary('p', *base, *exponent);
+  }
+  absl::StatusOr<int> ParsePrimary() {
+    if (++depth_ > 200) return Error("nested too deeply");
+    SkipSpace();
+    if (pos_ >= text_.size()) return Error("unexpected end");
+    const char c = text_[pos_];
+    if (c == '(') {
+      ++pos_;
+      auto inner = ParseSum();
+      if (!inner.ok()) return inner;
+      if (!Accept(")")) return Error("missing ')'");
+      --depth_;
+      return inner;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
+      const std::string rest(text_.substr(pos_));
+      size_t used = 0;
+      double value = 0;
+      try {
+        value = std::stod(rest, &used);
+      } catch (const std::exception&) {
+        return Error("bad number at '" + Rest() + "'");
+      }
+      // stod accepts "inf", "nan" and hex; we only see digits or '.' here.
+      pos_ += used;
+      Expression::Node node;
+      node.value = value;
+      --depth_;
+      return Add(node);
+    }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t end = pos_;
+      while (end < text_.size() &&
+             (std::isalnum(static_cast<unsigned char>(text_[end])) ||
+              text_[end] == '_')) {
+        ++end;
+      }
+      Expression::Node node;
+      node.op = 'v';
+      node.name = std::string(text_.substr(pos_, end - pos_));
+      out_->identifiers_.insert(node.name);
+      pos_ = end;
+      --depth_;
+      return Add(node);
+    }
+    return Error("unexpected '" + Rest() + "'");
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+  Expression* out_ = nullptr;
+};
+
+absl::StatusOr<Expression> Expression::Parse(std::string_view text) {
+  return ExpressionParser(text).Run();
+}
+
+Expression Expression::Constant(double value) {
+  Expression e;
+  e.nodes_[0].value = value;
+  e.text_ = absl::StrFormat("%.17g", value);
+  return e;
+}
+
+absl::StatusOr<double> Expression::Evaluate(const Vars& vars) const {
+  return Eval(root_, vars);
+}
+
+absl::StatusOr<double> Expression::Eval(int index, const Vars& vars) const {
+  const Node& node = nodes_[index];
+  if (node.op == 0) return node.value;
+  if (node.op == 'v') {
+    auto it = vars.find(node.name);
+    if (it == vars.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown variable '", node.name, "' in '", text_, "'"));
+    }
+    return it->second;
+  }
+  auto lhs = Eval(node.lhs, vars);
+  if (!lhs.ok()) return lhs;
+  if (node.op == '~') return -*lhs;
+  auto rhs = Eval(node.rhs, vars);
+  if (!rhs.ok()) return rhs;
+  const double a = *lhs, b = *rhs;
+  auto by_zero = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("division by zero in '", text_, "'"));
+  };
+  switch (node.op) {
+    case '+':
+      return a + b;
+    case '-':
+      return a - b;
+    case '*':
+      return a * b;
+    case '/':
+      if (b == 0) return by_zero();
+      return a / b;
+    case 'f':
+      if (b == 0) return by_zero();
+      return std::floor(a / b);
+    case '%': {
+      if (b == 0) return by_zero();
+      double r = std::fmod(a, b);
+      if (r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r;
+    }
+    case 'p':
+      return std::pow(a, b);
+  }
+  return absl::InternalError("bad expression node");
+}
+
+absl::StatusOr<double> EvaluateExpression(std::string_view text,
+                                          const Vars& vars) {
+  auto e = Expression::Parse(text);
+  if (!e.ok()) return e.status();
+  return e->Evaluate(vars);
+}
+
+// ---------------------------------------------------------------------------
+// Parsing the document
+
+namespace {
+
+struct OpName {
+  const char* name;
+  StepKind step;
+  OpKind op;
+};
+
+// ccctl's names and torch.distributed's.
+constexpr OpName kOpNames[] = {
+    {"allreduce", StepKind::kOp, OpKind::kAllReduce},
+    {"all_reduce", StepKind::kOp, OpKind::kAllReduce},
+    {"broadcast", StepKind::kOp, OpKind::kBroadcast},
+    {"reduce", StepKind::kOp, OpKind::kReduce},
+    {"allgather", StepKind::kOp, OpKind::kAllGather},
+    {"all_gather", StepKind::kOp, OpKind::kAllGather},
+    {"all_gather_into_tensor", StepKind::kOp, OpKind::kAllGather},
+    {"reducescatter", StepKind::kOp, OpKind::kReduceScatter},
+    {"reduce_scatter", StepKind::kOp, OpKind::kReduceScatter},
+    {"reduce_scatter_tensor", StepKind::kOp, OpKind::kReduceScatter},
+    {"gather", StepKind::kOp, OpKind::kGather},
+    {"scatter", StepKind::kOp, OpKind::kScatter},
+    {"alltoall", StepKind::kOp, OpKind::kAllToAll},
+    {"all_to_all", StepKind::kOp, OpKind::kAllToAll},
+    {"all_to_all_single", StepKind::kOp, OpKind::kAllToAll},
+    {"barrier", StepKind::kOp, OpKind::kBarrier},
+    {"send", StepKind::kSend, OpKind::kSend},
+    {"isend", StepKind::kSend, OpKind::kSend},
+    {"recv", StepKind::kRecv, OpKind::kRecv},
+    {"irecv", StepKind::kRecv, OpKind::kRecv},
+};
+
+constexpr std::pair<const char*, StepKind> kOtherKinds[] = {
+    {"alloc", StepKind::kAlloc},   {"write", StepKind::kWrite},
+    {"wait", StepKind::kWait},     {"read", StepKind::kRead},
+    {"assert", StepKind::kAssert}, {"free", StepKind::kFree},
+    {"sleep", StepKind::kSleep},   {"bench", StepKind::kBench},
+    {"repeat", StepKind::kRepeat},
+};
+
+constexpr const char* kFills[] = {"zeros",  "ones",   "constant",    "rank",
+                                  "rank+1", "arange", "arange+rank", "random",
+                                  "affine", "empty"};
+
+class Parser {
+ public:
+  explicit Parser(std::string file) : file_(std::move(file)) {}
+
+  absl::Status Error(const YAML::Mark& mark, const std::string& what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_.empty() ? "" : file_ + ":",
+                     mark.line >= 0 ? absl::StrCat("line ", mark.line + 1, ": ")
+                                    : std::string(),
+                     what));
+  }
+  absl::Status Error(const YAML::Node& node, const std::string& what) const {
+    return Error(node.Mark(), what);
+  }
+
+  absl::StatusOr<std::string> Scalar(const YAML::Node& node,
+                                     const std::string& key) {
+    if (!node.IsScalar()) return Error(node, "'" + key + "' must be a scalar");
+    return node.Scalar();
+  }
+
+  absl::StatusOr<bool> Bool(const YAML::Node& node, const std::string& key) {
+    bool value = false;
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+      return Error(node, "'" + key + "' must be true or false");
+    }
+    return value;
+  }
+
+  // A number or expression; `allowed` names the identifiers it may use.
+  absl::StatusOr<Expression> Expr(const YAML::Node& node,
+                                  const std::string& key,
+                                  const std::set<std::string>& allowed) {
+    if (!node.IsScalar()) {
+      return Error(node, "'" + key + "' must be a number or an expression");
+    }
+    auto e = Expression::Parse(node.Scalar());
+    if (!e.ok()) return Error(node, std::string(e.status().message()));
+    for (const auto& id : e->identifiers()) {
+      if (!allowed.count(id)) {
+        return Error(node, absl::StrCat("unknown variable '", id, "' in '", key,
+                                        "' (may use: ",
+                                        absl::StrJoin(allowed, ", "), ")"));
+      }
+    }
+    return e;
+  }
+
+  absl::StatusOr<std::vector<Expression>> ExprList(
+      const YAML::Node& node, const std::string& key,
+      const std::set<std::string>& allowed) {
+    std::vector<Expression> list;
+    if (node.IsScalar()) {
+      auto e = Expr(node, key, allowed);
+      if (!e.ok()) return e.status();
+      list.push_back(*e);
+      return list;
+    }
+    if (!node.IsSequence()) return Error(node, "'" + key + "' must be a list");
+    for (const auto& item : node) {
+      auto e = Expr(item, key, allowed);
+      if (!e.ok()) return e.status();
+      list.push_back(*e);
+    }
+    return list;
+  }
+
+  absl::StatusOr<int64_t> Int(const YAML::Node& node, const std::string& key) {
+    auto e = Expr(node, key, {});
+    if (!e.ok()) return e.status();
+    double v = *e->Evaluate({});
+    if (v != std::floor(v) || v < 0) {
+      return Error(node, "'" + key + "' must be a non-negative integer");
+    }
+    return static_cast<int64_t>(v);
+  }
+
+  absl::Status Ranks(const YAML::Node& body, Step& step) {
+    const YAML::Node rank = body["rank"], ranks = body["ranks"];
+    if (rank && ranks) return Error(body, "give either 'rank' or 'ranks'");
+    const YAML::Node node = rank ? rank : ranks;
+    if (!node) return absl::OkStatus();
+    if (node.IsScalar() && node.Scalar() == "all") return absl::OkStatus();
+    auto list = ExprList(node, rank ? "rank" : "ranks", world_ids_);
+    if (!list.ok()) return list.status();
+    step.ranks.exprs = *list;
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckKeys(const YAML::Node& body, const std::string& kind,
+                         const std::set<std::string>& keys) {
+    if (!body.IsMap())
+      return Error(body, "'" + kind + "' needs a map of options");
+    for (const auto& entry : body) {
+      const std::string key = entry.first.Scalar();
+      if (!keys.count(key)) {
+        return Error(entry.first, absl::StrCat("unknown key '", key, "' in ",
+                                               kind, " (expected: ",
+                                               absl::StrJoin(keys, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // `tensor` or its alias `name`.
+  absl::StatusOr<std::string> TensorName(const YAML::Node& body,
+                                         const std::string& kind,
+                                         bool required = true) {
+    const YAML::Node tensor = body["tensor"], name = body["name"];
+    if (tensor && name) return Error(body, "give either 'tensor' or 'name'");
+    const YAML::Node node = tensor ? tensor : name;
+    if (!node) {
+      if (!required) return std::string();
+      return Error(body, kind + " needs 'tensor'");
+    }
+    auto text = Scalar(node, "tensor");
+    if (text.ok() && text->empty()) return Error(node, "empty tensor name");
+    return text;
+  }
+
+  absl::Status ParseAlloc(const YAML::Node& body, Step& step) {
+    if (auto s = CheckKeys(
+            body, "alloc",
+            {"name", "tensor", "shape", "dtype", "fill", "value", "rank_scale",
+             "step", "seed", "rank", "ranks", "values", "all"});
+        !s.ok()) {
+      return s;
+    }
+    auto name = TensorName(body, "alloc");
+    if (!name.ok()) return name.status();
+    step.tensor = *name;
+    if (auto s = Ranks(body, step); !s.ok()) return s;
+    if (body["shape"]) {
+      auto shape = ExprList(body["shape"], "shape", world_ids_);
+      if (!shape.ok()) return shape.status();
+      step.shape = *shape;
+    }
+    if (body["dtype"]) {
+      auto dtype = Scalar(body["dtype"], "dtype");
+      if (!dtype.ok()) return dtype.status();
+      if (auto parsed = ParseDType(*dtype); !parsed.ok()) {
+        return Error(body["dtype"], std::string(parsed.status().message()));
+      }
+      step.dtype = *dtype;
+    }
+    if (auto s = ParseValues(body, step); !s.ok()) return s;
+    if (!step.values.empty() || step.values_all) {
+      if (body["fill"])
+        return Error(body["fill"], "give either 'fill' or 'values'");
+      step.fill = "empty";
+      if (step.values_all && step.shape.empty()) {
+        return Error(body, "alloc with 'all' needs 'shape'");
+      }
+    } else if (step.shape.empty()) {
+      return Error(body, "alloc needs 'shape' (or 'values')");
+    }
+    if (body["fill"]) {
+      auto fill = Scalar(body["fill"], "fill");
+      if (!fill.ok()) return fill.status();
+      bool known = false;
+      for (const char* f : kFills) known |= *fill == f;
+      if (!known) {
+        auto constant = Expr(body["fill"], "fill", world_ids_);
+        if (!constant.ok()) {
+          return Error(
+              body["fill"],
+              absl::StrCat("unknown fill '", *fill, "'; expected ",
+                           absl::StrJoin(kFills, ", "), " or a number"));
+        }
+        step.fill = "constant";
+        step.fill_value = *constant;
+      } else {
+        step.fill = *fill;
+      }
+    }
+    for (auto [key, target] : {std::pair{"value", &step.fill_value},
+                               std::pair{"rank_scale", &step.fill_rank_scale},
+                               std::pair{"step", &step.fill_step}}) {
+      if (!body[key]) continue;
+      auto e = Expr(body[key], key, world_ids_);
+      if (!e.ok()) return e.status();
+      *target = *e;
+    }
+    if (body["seed"]) {
+      auto seed = Int(body["seed"], "seed");
+      if (!seed.ok()) return seed.status();
+      step.seed = static_cast<uint64_t>(*seed);
+    }
+    return absl::OkStatus();
+  }
+
+  // `values: [..]` (leading elements) or `all: expr` (every element).
+  absl::Status ParseValues(const YAML::Node& body, Step& step) {
+    if (body["values"] && body["all"]) {
+      return Error(body, "give either 'values' or 'all'");
+    }
+    if (body["values"]) {
+      if (!body["values"].IsSequence()) {
+        return Error(body["values"], "'values' must be a list (or use 'all')");
+      }
+      auto values = ExprList(body["values"], "values", element_ids_);
+      if (!values.ok()) return values.status();
+      if (values->empty()) return Error(body["values"], "'values' is empty");
+      step.values = *values;
+    }
+    if (body["all"]) {
+      auto all = Expr(body["all"], "all", element_ids_);
+      if (!all.ok()) return all.status();
+      step.values_all = *all;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseWrite(const YAML::Node& body, Step& step) {
+    if (auto s = CheckKeys(
+            body, "write",
+            {"name", "tensor", "rank", "ranks", "values", "all", "offset"});
+        !s.ok()) {
+      return s;
+    }
+    auto name = TensorName(body, "write");
+    if (!name.ok()) return name.status();
+    step.tensor = *name;
+    if (auto s = Ranks(body, step); !s.ok()) return s;
+    if (auto s = ParseValues(body, step); !s.ok()) return s;
+    if (step.values.empty() && !step.values_all) {
+      return Error(body, "write needs 'values' or 'all'");
+    }
+    if (body["offset"]) {
+      auto offset = Int(body["offset"], "offset");
+      if (!offset.ok()) return offset.status();
+      step.offset = *offset;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseAsync(const YAML::Node& body, Step& step) {
+    if (body["async"]) {
+      auto async = Bool(body["async"], "async");
+      if (!async.ok()) return async.status();
+      step.async = *async;
+    }
+    if (body["as"]) {
+      auto as = Scalar(body["as"], "as");
+      if (!as.ok()) return as.status();
+      if (as->empty() || *as == "all")
+        return Error(body["as"], "bad work name");
+      step.as = *as;
+      step.async = true;  // naming works only makes sense for async ops
+      if (body["async"] && !body["async"].as<bool>()) {
+        return Error(body["as"], "'as' names async works; the op is not async");
+      }
+      works_.insert(step.as);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseOp(const YAML::Node& body, Step& step) {
+    const bool barrier = step.op == OpKind::kBarrier;
+    if (barrier && (!body || body.IsNull())) return absl::OkStatus();
+    if (!barrier && body.IsScalar()) {  // `allreduce: x`
+      step.tensor = body.Scalar();
+      return absl::OkStatus();
+    }
+    std::set<std::string> keys = {"async", "as"};
+    if (!barrier) keys.insert({"tensor", "input", "output"});
+    if (IsReduction(step.op)) keys.insert({"op", "scale"});
+    if (HasRoot(step.op)) keys.insert({"src", "dst", "root"});
+    if (auto s = CheckKeys(body, step.kind_name, keys); !s.ok()) return s;
+    if (!barrier) {
+      for (auto [key, target] :
+           {std::pair{"tensor", &step.tensor}, std::pair{"input", &step.input},
+            std::pair{"output", &step.output}}) {
+        if (!body[key]) continue;
+        auto text = Scalar(body[key], key);
+        if (!text.ok()) return text.status();
+        *target = *text;
+      }
+      if (!step.tensor.empty() &&
+          (!step.input.empty() || !step.output.empty())) {
+        return Error(body,
+                     "give either 'tensor' (in place) or 'input'/'output'");
+      }
+      if (step.tensor.empty() && step.input.empty()) {
+        return Error(body, step.kind_name + " needs 'tensor' or 'input'");
+      }
+    }
+    if (body["op"]) {
+      auto op = Scalar(body["op"], "op");
+      if (!op.ok()) return op.status();
+      auto parsed = ParseReduceOp(*op);
+      if (!parsed.ok())
+        return Error(body["op"], std::string(parsed.status().message()));
+      step.reduce = *parsed;
+    }
+    if (body["scale"]) {
+      auto scale = Expr(body["scale"], "scale", world_ids_);
+      if (!scale.ok()) return scale.status();
+      step.scale = *scale;
+    }
+    int roots = 0;
+    for (const char* key : {"src", "dst", "root"}) {
+      if (!body[key]) continue;
+      ++roots;
+      auto root = Expr(body[key], key, world_ids_);
+      if (!root.ok()) return root.status();
+      step.root = *root;
+    }
+    if (roots > 1) return Error(body, "give one of 'src', 'dst', 'root'");
+    return ParseAsync(body, step);
+  }
+
+  absl::Status ParseSend(const YAML::Node& body, Step& step) {
+    if (auto s = CheckKeys(
+            body, step.kind_name,
+            {"tensor", "name", "output", "from", "to", "async", "as", "recv"});
+        !s.ok()) {
+      return s;
+    }
+    auto name = TensorName(body, step.kind_name);
+    if (!name.ok()) return name.status();
+    step.tensor = *name;
+    if (body["output"]) {
+      auto output = Scalar(body["output"], "output");
+      if (!output.ok()) return output.status();
+      step.output = *output;
+    }
+    if (!body["from"] || !body["to"])
+      return Error(body, "send needs 'from' and 'to'");
+    auto from = Expr(body["from"], "from", world_ids_);
+    if (!from.ok()) return from.status();
+    auto to = Expr(body["to"], "to", world_ids_);
+    if (!to.ok()) return to.status();
+    step.root = *from;
+    step.peer = *to;
+    if (body["recv"]) {
+      auto recv = Bool(body["recv"], "recv");
+      if (!recv.ok()) return recv.status();
+      step.paired = *recv;
+    }
+    if (step.kind_name == "isend") step.async = true;
+    return ParseAsync(body, step);
+  }
+
+  absl::Status ParseRecv(const YAML::Node& body, Step& step) {
+    if (auto s = CheckKeys(body, step.kind_name,
+                           {"tensor", "name", "rank", "from", "async", "as"});
+        !s.ok()) {
+      return s;
+    }
+    auto name = TensorName(body, step.kind_name);
+    if (!name.ok()) return name.status();
+    step.tensor = *name;
+    if (!body["rank"] || !body["from"])
+      return Error(body, "recv needs 'rank' and 'from'");
+    auto rank = Expr(body["rank"], "rank", world_ids_);
+    if (!rank.ok()) return rank.status();
+    auto from = Expr(body["from"], "from", world_ids_);
+    if (!from.ok()) return from.status();
+    step.root = *rank;
+    step.peer = *from;
+    if (step.kind_name == "irecv") step.async = true;
+    return ParseAsync(body, step);
+  }
+
+  // A name, a list of names, or a map with name(s) and ranks.
+  absl::Status ParseNames(const YAML::Node& body, Step& step,
+                          const std::string& kind, bool allow_empty) {
+    const YAML::Node list =
+        body.IsMap() ? body["name"] ? body["name"] : body["tensor"] : body;
+    if (body.IsMap()) {
+      if (auto s = CheckKeys(body, kind, {"name", "tensor", "rank", "ranks"});
+          !s.ok()) {
+        return s;
+      }
+      if (body["name"] && body["tensor"])
+        return Error(body, "give either 'tensor' or 'name'");
+      if (auto s = Ranks(body, step); !s.ok()) return s;
+    }
+    if (!list || list.IsNull()) {
+      if (allow_empty) return absl::OkStatus();
+      return Error(body, kind + " needs a name");
+    }
+    if (list.IsScalar()) {
+      step.names.push_back(list.Scalar());
+    } else if (list.IsSequence()) {
+      for (const auto& item : list) {
+        auto text = Scalar(item, "name");
+        if (!text.ok()) return text.status();
+        step.names.push_back(*text);
+      }
+    } else {
+      return Error(list, kind + " needs a name or a list of names");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseWait(const YAML::Node& body, Step& step) {
+    if (body && body.IsMap())
+      return Error(body, "wait takes a work name or a list of names");
+    if (auto s = ParseNames(body, step, "wait", true); !s.ok()) return s;
+    if (step.names.size() == 1 && step.names[0] == "all") step.names.clear();
+    for (const auto& name : step.names) {
+      if (!works_.count(name)) {
+        return Error(body,
+                     absl::StrCat("wait: no earlier async op is named '", name,
+                                  "' (name one with 'as: ", name, "')"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseRead(const YAML::Node& body, Step& step) {
+    if (body.IsScalar()) {
+      step.tensor = body.Scalar();
+      return absl::OkStatus();
+    }
+    if (auto s = CheckKeys(body, "read",
+                           {"name", "tensor", "rank", "ranks", "limit"});
+        !s.ok()) {
+      return s;
+    }
+    auto name = TensorName(body, "read");
+    if (!name.ok()) return name.status();
+    step.tensor = *name;
+    if (auto s = Ranks(body, step); !s.ok()) return s;
+    if (body["limit"]) {
+      auto limit = Int(body["limit"], "limit");
+      if (!limit.ok()) return limit.status();
+      step.limit = *limit;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseAssert(const YAML::Node& body, Step& step) {
+    if (auto s = CheckKeys(body, "assert",
+                           {"name", "tensor", "rank", "ranks", "equal", "close",
+                            "all", "expr", "tol"});
+        !s.ok()) {
+      return s;
+    }
+    auto name = TensorName(body, "assert");
+    if (!name.ok()) return name.status();
+    step.tensor = *name;
+    if (auto s = Ranks(body, step); !s.ok()) return s;
+    int given = 0;
+    for (const char* key : {"equal", "close", "all", "expr"}) {
+      const YAML::Node node = body[key];
+      if (!node) continue;
+      ++given;
+      if (std::string(key) == "close") step.tol = 1e-6;
+      if (node.IsSequence()) {
+        if (std::string(key) == "all" || std::string(key) == "expr") {
+          return Error(node, absl::StrCat("'", key, "' takes one expression"));
+        }
+        auto list = ExprList(node, key, element_ids_);
+        if (!list.ok()) return list.status();
+        if (list->empty())
+          return Error(node, absl::StrCat("'", key, "' is empty"));
+        step.expected = *list;
+      } else {
+        // A single value or expression applies to every element.
+        auto e = Expr(node, key, element_ids_);
+        if (!e.ok()) return e.status();
+        step.expected_all = *e;
+      }
+    }
+    if (given != 1) {
+      return Error(body,
+                   "assert needs one of 'equal', 'close', 'all' (or 'expr')");
+    }
+    if (body["tol"]) {
+      auto tol = Expr(body["tol"], "tol", {});
+      if (!tol.ok()) return tol.status();
+      step.tol = *tol->Evaluate({});
+      if (*step.tol < 0)
+        return Error(body["tol"], "'tol' must not be negative");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseBench(const YAML::Node& body, Step& step) {
+    if (auto s = CheckKeys(body, "bench",
+                           {"op", "bytes", "minbytes", "maxbytes", "iters",
+                            "warmup", "dtype", "root", "check"});
+        !s.ok()) {
+      return s;
+    }
+    if (body["op"]) {
+      auto op = Scalar(body["op"], "op");
+      if (!op.ok()) return op.status();
+      bool known = *op == "sendrecv";
+      if (known) step.op = OpKind::kSend;
+      for (const auto& entry : kOpNames) {
+        if (*op == entry.name && entry.step == StepKind::kOp &&
+            entry.op != OpKind::kBarrier) {
+          known = true;
+          step.op = entry.op;
+        }
+      }
+      if (!known) return Error(body["op"], "unknown bench op '" + *op + "'");
+      step.bench_op = *op;
+    }
+    if (body["bytes"] && (body["minbytes"] || body["maxbytes"])) {
+      return Error(body, "give either 'bytes' or 'minbytes'/'maxbytes'");
+    }
+    for (auto [key, target] : {std::pair{"bytes", &step.min_bytes},
+                               std::pair{"minbytes", &step.min_bytes},
+                               std::pair{"maxbytes", &step.max_bytes}}) {
+      if (!body[key]) continue;
+      auto size = ParseSize(body[key].IsScalar() ? body[key].Scalar() : "");
+      if (!size.ok() || *size <= 0) {
+        return Error(body[key],
+                     absl::StrCat("bad size for '", key, "' (e.g. 4K, 1M)"));
+      }
+      *target = *size;
+      if (std::string(key) == "bytes") step.max_bytes = *size;
+    }
+    if (body["minbytes"] && !body["maxbytes"]) step.max_bytes = step.min_bytes;
+    if (body["maxbytes"] && !body["minbytes"]) step.min_bytes = step.max_bytes;
+    if (step.min_bytes > step.max_bytes) {
+      return Error(body, "'minbytes' is larger than 'maxbytes'");
+    }
+    for (auto [key, target] :
+         {std::pair{"iters", &step.iters}, std::pair{"warmup", &step.warmup}}) {
+      if (!body[key]) continue;
+      auto n = Int(body[key], key);
+      if (!n.ok()) return n.status();
+      *target = static_cast<int>(*n);
+    }
+    if (step.iters < 1)
+      return Error(body["iters"], "'iters' must be at least 1");
+    if (body["dtype"]) {
+      auto dtype = Scalar(body["dtype"], "dtype");
+      if (!dtype.ok()) return dtype.status();
+      if (auto parsed = ParseDType(*dtype); !parsed.ok()) {
+        return Error(body["dtype"], std::string(parsed.status().message()));
+      }
+      step.dtype = *dtype;
+    }
+    if (body["root"]) {
+      auto root = Expr(body["root"], "root", world_ids_);
+      if (!root.ok()) return root.status();
+      step.root = *root;
+    }
+    if (body["check"]) {
+      auto check = Bool(body["check"], "check");
+      if (!check.ok()) return check.status();
+      step.check = *check;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseRepeat(const YAML::Node& body, Step& step) {
+    if (auto s = CheckKeys(body, "repeat", {"times", "steps"}); !s.ok())
+      return s;
+    if (!body["times"]) return Error(body, "repeat needs 'times'");
+    auto times = Expr(body["times"], "times", world_ids_);
+    if (!times.ok()) return times.status();
+    step.times = *times;
+    if (!body["steps"]) return Error(body, "repeat needs 'steps'");
+    auto steps = ParseSteps(body["steps"]);
+    if (!steps.ok()) return steps.status();
+    step.steps = std::move(*steps);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Step> ParseStep(const YAML::Node& item) {
+    if (!item.IsMap() || item.size() != 1) {
+      return Error(item, "a step is a map with one key, the step kind (" +
+                             StepKindList() + ")");
+    }
+    const auto entry = *item.begin();
+    const YAML::Node body = entry.second;
+    Step step;
+    step.kind_name = entry.first.Scalar();
+    step.line = entry.first.Mark().line + 1;
+    bool known = false;
+    for (const auto& op : kOpNames) {
+      if (step.kind_name == op.name) {
+        step.kind = op.step;
+        step.op = op.op;
+        known = true;
+      }
+    }
+    for (const auto& [name, kind] : kOtherKinds) {
+      if (step.kind_name == name) {
+        step.kind = kind;
+        known = true;
+      }
+    }
+    if (!known) {
+      return Error(entry.first,
+                   absl::StrCat("unknown step kind '", step.kind_name,
+                                "'; expected one of ", StepKindList()));
+    }
+    const bool null_ok =
+        step.kind == StepKind::kWait ||
+        (step.kind == StepKind::kOp && step.op == OpKind::kBarrier) ||
+        step.kind == StepKind::kBench;
+    if ((!body || body.IsNull()) && !null_ok) {
+      return Error(entry.first, step.kind_name + " needs options");
+    }
+    absl::Status status;
+    // Error marks of a missing key point at the body; give it the step's line
+    // when the body is null.
+    switch (step.kind) {
+      case StepKind::kAlloc:
+        status = ParseAlloc(body, step);
+        break;
+      case StepKind::kWrite:
+        status = ParseWrite(body, step);
+        break;
+      case StepKind::kOp:
+        status = ParseOp(body, step);
+        break;
+      case StepKind::kSend:
+        status = ParseSend(body, step);
+        break;
+      case StepKind::kRecv:
+        status = ParseRecv(body, step);
+        break;
+      case StepKind::kWait:
+        status = ParseWait(body, step);
+        break;
+      case StepKind::kRead:
+        status = ParseRead(body, step);
+        break;
+      case StepKind::kAssert:
+        status = ParseAssert(body, step);
+        break;
+      case StepKind::kFree:
+        status = ParseNames(body, step, "free", false);
+        break;
+      case StepKind::kSleep: {
+        auto text = Scalar(body, "sleep");
+        if (!text.ok()) return text.status();
+        auto duration = ParseDuration(*text);
+        if (!duration.ok())
+          return Error(body, std::string(duration.status().message()));
+        step.duration = *duration;
+        break;
+      }
+      case StepKind::kBench:
+        if (body && !body.IsNull()) status = ParseBench(body, step);
+        break;
+      case StepKind::kRepeat:
+        status = ParseRepeat(body, step);
+        break;
+    }
+    if (!status.ok()) return status;
+    return step;
+  }
+
+  absl::StatusOr<std::vector<Step>> ParseSteps(const YAML::Node& node) {
+    if (!node.IsSequence())
+      return Error(node, "'steps' must be a list of steps");
+    std::vector<Step> steps;
+    for (const auto& item : node) {
+      auto step = ParseStep(item);
+      if (!step.ok()) return step.status();
+      steps.push_back(std::move(*step));
+    }
+    return steps;
+  }
+
+  absl::StatusOr<Experiment> Parse(const std::string& text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(text);
+    } catch (const YAML::ParserException& e) {
+      return Error(e.mark, "bad YAML: " + e.msg);
+    } catch (const YAML::Exception& e) {
+      return Error(e.mark, e.msg);
+    }
+    try {
+      return ParseDocument(root);
+    } catch (const YAML::Exception& e) {
+      // Conversions we did not guard; still report where.
+      return Error(e.mark, e.msg);
+    }
+  }
+
+  absl::StatusOr<Experiment> ParseDocument(const YAML::Node& root) {
+    Experiment experiment;
+    experiment.file = file_;
+    if (!root.IsMap()) {
+      return Error(root,
+                   "an experiment is a map with 'steps' (and optionally "
+                   "'name', 'description', 'vars')");
+    }
+    if (auto s = CheckKeys(root, "the experiment",
+                           {"name", "description", "vars", "steps"});
+        !s.ok()) {
+      return s;
+    }
+    for (auto [key, target] :
+         {std::pair{"name", &experiment.name},
+          std::pair{"description", &experiment.description}}) {
+      if (!root[key]) continue;
+      auto text = Scalar(root[key], key);
+      if (!text.ok()) return text.status();
+      *target = *text;
+    }
+    world_ids_ = {"world_size"};
+    if (const YAML::Node vars = root["vars"]) {
+      if (!vars.IsMap())
+        return Error(vars, "'vars' must be a map of name: value");
+      for (const auto& entry : vars) {
+        const std::string name = entry.first.Scalar();
+        auto check = Expression::Parse(name);
+        if (name.empty() || !check.ok() || check->identifiers().size() != 1 ||
+            *check->identifiers().begin() != name) {
+          return Error(entry.first, "bad variable name '" + name + "'");
+        }
+        if (name == "rank" || name == "world_size" || name == "i" ||
+            world_ids_.count(name)) {
+          return Error(entry.first,
+                       "variable '" + name + "' is built in or repeated");
+        }
+        auto value = Expr(entry.second, name, world_ids_);
+        if (!value.ok()) return value.status();
+        experiment.vars.emplace_back(name, *value);
+        world_ids_.insert(name);
+      }
+    }
+    rank_ids_ = world_ids_;
+    rank_ids_.insert("rank");
+    element_ids_ = rank_ids_;
+    element_ids_.insert("i");
+    if (!root["steps"]) return Error(root, "the experiment has no 'steps'");
+    auto steps = ParseSteps(root["steps"]);
+    if (!steps.ok()) return steps.status();
+    if (steps->empty()) return Error(root["steps"], "'steps' is empty");
+    experiment.steps = std::move(*steps);
+    return experiment;
+  }
+
+ private:
+  std::string file_;
+  std::set<std::string> world_ids_, rank_ids_, element_ids_;
+  std::set<std::string> works_;  // `as` names seen so far
+};
+
+}  // namespace
+
+std::string StepKindList() {
+  return "alloc, write, allreduce, broadcast, reduce, allgather, "
+         "reducescatter, "
+         "gather, scatter, alltoall, barrier (or the torch names all_reduce, "
+         "all_gather_into_tensor, ...), send, recv, isend, irecv, wait, read, "
+         "assert, free, sleep, bench, repeat";
+}
+
+absl::StatusOr<Experiment> ParseExperiment(const std::string& yaml_text,
+                                           const std::string& file) {
+  return Parser(file).Parse(yaml_text);
+}
+
+absl::StatusOr<Experiment> LoadExperiment(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseExperiment(text.str(), path);
+}
+
+// ---------------------------------------------------------------------------
+// Resolution against a world size
+
+namespace {
+
+absl::Status StepError(const Experiment& experiment, const Step& step,
+                       const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(experiment.file.empty() ? "" : experiment.file + ":",
+                   "line ", step.line, ": ", step.kind_name, ": ", what));
+}
+
+absl::StatusOr<int64_t> EvalInt(const Experiment& experiment, const Step& step,
+                                const Expression& e, const std::string& what) {
+  auto v = e.Evaluate(experiment.resolved_vars);
+  if (!v.ok())
+    return StepError(experiment, step, std::string(v.status().message()));
+  if (*v != std::floor(*v) || std::abs(*v) > 1e15) {
+    return StepError(
+        experiment, step,
+        absl::StrCat(what, " '", e.text(), "' is ", *v, ", not an integer"));
+  }
+  return static_cast<int64_t>(*v);
+}
+
+absl::StatusOr<int> EvalRank(const Experiment& experiment, const Step& step,
+                             const Expression& e, const std::string& what,
+                             int world) {
+  auto v = EvalInt(experiment, step, e, what);
+  if (!v.ok()) return v.status();
+  if (*v < 0 || *v >= world) {
+    return StepError(
+        experiment, step,
+        absl::StrCat(what, " '", e.text(), "' is ", *v,
+                     ", out of range for a world of ", world, " ranks"));
+  }
+  return static_cast<int>(*v);
+}
+
+absl::Status ResolveSteps(Experiment& experiment, std::vector<Step>& steps,
+                          int world) {
+  for (Step& step : steps) {
+    step.ranks.resolved.clear();
+    if (step.ranks.exprs) {
+      for (const auto& e : *step.ranks.exprs) {
+        auto rank = EvalRank(experiment, step, e, "rank", world);
+        if (!rank.ok()) return rank.status();
+        for (int seen : step.ranks.resolved) {
+          if (seen == *rank) {
+            return StepError(experiment, step,
+                             absl::StrCat("rank ", seen, " listed twice"));
+          }
+        }
+        step.ranks.resolved.push_back(*rank);
+      }
+    } else {
+      for (int r = 0; r < world; ++r) step.ranks.resolved.push_back(r);
+    }
+    switch (step.kind) {
+      case StepKind::kAlloc: {
+        step.shape_resolved.clear();
+        int64_t numel = 1;
+        for (const auto& e : step.shape) {
+          auto dim = EvalInt(experiment, step, e, "shape");
+          if (!dim.ok()) return dim.status();
+          if (*dim < 0)
+            return StepError(experiment, step, "negative dimension");
+          step.shape_resolved.push_back(*dim);
+          numel *= *dim;
+        }
+        if (step.shape.empty()) {
+          step.shape_resolved = {static_cast<int64_t>(step.values.size())};
+          numel = static_cast<int64_t>(step.values.size());
+        }
+        if (static_cast<int64_t>(step.values.size()) > numel) {
+          return StepError(experiment, step,
+                           absl::StrCat(step.values.size(), " values for ",
+                                        numel, " elements"));
+        }
+        for (const Expression* e :
+             {&step.fill_value, &step.fill_rank_scale, &step.fill_step}) {
+          if (auto v = e->Evaluate(experiment.resolved_vars); !v.ok()) {
+            return StepError(experiment, step,
+                             std::string(v.status().message()));
+          }
+        }
+        break;
+      }
+      case StepKind::kOp:
+      case StepKind::kBench: {
+        if (step.kind == StepKind::kBench && step.bench_op == "sendrecv" &&
+            world < 2) {
+          return StepError(experiment, step, "sendrecv needs 2 ranks");
+        }
+        auto root = EvalRank(experiment, step, step.root, "root", world);
+        if (!root.ok()) return root.status();
+        step.root_resolved = *root;
+        if (step.kind == StepKind::kOp) {
+          auto scale = step.scale.Evaluate(experiment.resolved_vars);
+          if (!scale.ok()) {
+            return StepError(experiment, step,
+                             std::string(scale.status().message()));
+          }
+          step.scale_resolved = *scale;
+        }
+        break;
+      }
+      case StepKind::kSend:
+      case StepKind::kRecv: {
+        const bool send = step.kind == StepKind::kSend;
+        auto root = EvalRank(experiment, step, step.root,
+                             send ? "from" : "rank", world);
+        if (!root.ok()) return root.status();
+        auto peer =
+            EvalRank(experiment, step, step.peer, send ? "to" : "from", world);
+        if (!peer.ok()) return peer.status();
+        if (*root == *peer) {
+          return StepError(
+              experiment, step,
+              absl::StrCat("a rank cannot ", send ? "send to" : "receive from",
+                           " itself (rank ", *root, ")"));
+        }
+        step.root_resolved = *root;
+        step.peer_resolved = *peer;
+        break;
+      }
+      case StepKind::kRepeat: {
+        auto times = EvalInt(experiment, step, step.times, "times");
+        if (!times.ok()) return times.status();
+        if (*times < 0 || *times > 1000000) {
+          return StepError(experiment, step, "'times' must be in [0, 1000000]");
+        }
+        step.times_resolved = static_cast<int>(*times);
+        if (auto s = ResolveSteps(experiment, step.steps, world); !s.ok())
+          return s;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ResolveExperiment(Experiment& experiment, int world_size,
+                               const Vars& overrides) {
+  if (world_size < 1)
+    return absl::InvalidArgumentError("the world has no ranks");
+  for (const auto& [name, value] : overrides) {
+    bool known = false;
+    for (const auto& var : experiment.vars) known |= var.first == name;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--set ", name, ": the experiment has no var '", name, "'"));
+    }
+  }
+  experiment.resolved_vars = {{"world_size", world_size}};
+  for (const auto& [name, e] : experiment.vars) {
+    if (auto it = overrides.find(name); it != overrides.end()) {
+      experiment.resolved_vars[name] = it->second;
+      continue;
+    }
+    auto value = e.Evaluate(experiment.resolved_vars);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(experiment.file.empty() ? "" : experiment.file + ":",
+                       "var ", name, ": ", value.status().message()));
+    }
+    experiment.resolved_vars[name] = *value;
+  }
+  return ResolveSteps(experiment, experiment.steps, world_size);
+}
+
+// ---------------------------------------------------------------------------
+// Descriptions and checks
+
+namespace {
+
+std::string ExprListText(const std::vector<Expression>& list) {
+  std::vector<std::string> parts;
+  for (const auto& e : list) parts.push_back(e.text());
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+std::string RanksText(const RankList& ranks) {
+  if (!ranks.exprs) return "";
+  if (ranks.exprs->size() == 1) return " on rank " + (*ranks.exprs)[0].text();
+  return " on ranks " + ExprListText(*ranks.exprs);
+}
+
+std::string Num(double v) { return absl::StrFormat("%.10g", v); }
+
+std::string NumList(const std::vector<double>& values, size_t limit = 16) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < values.size() && i < limit; ++i)
+    parts.push_back(Num(values[i]));
+  if (values.size() > limit) parts.push_back("...");
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+}  // namespace
+
+std::string DescribeStep(const Step& step) {
+  std::string async =
+      step.async ? (step.as.empty() ? " async" : " async as " + step.as) : "";
+  switch (step.kind) {
+    case StepKind::kAlloc: {
+      std::string fill = step.fill;
+      if (!step.values.empty()) fill = "values " + ExprListText(step.values);
+      if (step.values_all) fill = "all " + step.values_all->text();
+      if (step.fill == "constant") fill = "constant " + step.fill_value.text();
+      return absl::StrCat("alloc ", step.tensor, " ",
+                          step.shape.empty()
+                              ? absl::StrCat("[", step.values.size(), "]")
+                              : ExprListText(step.shape),
+                          " ", step.dtype, " ", fill, RanksText(step.ranks));
+    }
+    case StepKind::kWrite:
+      return absl::StrCat("write ", step.tensor, " ",
+                          step.values_all ? "all " + step.values_all->text()
+                                          : ExprListText(step.values),
+                          RanksText(step.ranks));
+    case StepKind::kOp: {
+      std::string text = step.kind_name;
+      if (IsReduction(step.op))
+        absl::StrAppend(&text, " ", std::string(ReduceOpName(step.reduce)));
+      if (!step.tensor.empty()) absl::StrAppend(&text, " ", step.tensor);
+      if (!step.input.empty()) {
+        absl::StrAppend(&text, " ", step.input,
+                        step.output.empty() ? "" : " -> " + step.output);
+      }
+      if (HasRoot(step.op)) {
+        absl::StrAppend(&text,
+                        step.op == OpKind::kReduce || step.op == OpKind::kGather
+                            ? " dst "
+                            : " src ",
+                        step.root.text());
+      }
+      return text + async;
+    }
+    case StepKind::kSend:
+      return absl::StrCat(
+          step.kind_name, " ", step.tensor, " ", step.root.text(), " -> ",
+          step.peer.text(),
+          step.output.empty() ? "" : " (into " + step.output + ")",
+          step.paired ? "" : " (no recv)", async);
+    case StepKind::kRecv:
+      return absl::StrCat(step.kind_name, " ", step.tensor, " on ",
+                          step.root.text(), " from ", step.peer.text(), async);
+    case StepKind::kWait:
+      return step.names.empty() ? "wait all"
+                                : "wait " + absl::StrJoin(step.names, ", ");
+    case StepKind::kRead:
+      return absl::StrCat("read ", step.tensor, RanksText(step.ranks));
+    case StepKind::kAssert: {
+      const std::string op = step.tol ? " ~= " : " == ";
+      return absl::StrCat(
+          "assert ", step.tensor, op,
+          step.expected_all ? step.expected_all->text()
+                            : ExprListText(step.expected),
+          step.tol ? absl::StrCat(" (tol ", Num(*step.tol), ")") : "",
+          RanksText(step.ranks));
+    }
+    case StepKind::kFree:
+      return absl::StrCat("free ", absl::StrJoin(step.names, ", "),
+                          RanksText(step.ranks));
+    case StepKind::kSleep:
+      return absl::StrCat("sleep ", step.duration.count(), "ms");
+    case StepKind::kBench:
+      return absl::StrCat("bench ", step.bench_op, " ",
+                          FormatBytes(step.min_bytes),
+                          step.min_bytes == step.max_bytes
+                              ? ""
+                              : " .. " + FormatBytes(step.max_bytes),
+                          " ", step.dtype, " iters ", step.iters);
+    case StepKind::kRepeat:
+      return absl::StrCat("repeat ", step.times.text(), " x ",
+                          step.steps.size(), " steps");
+  }
+  return step.kind_name;
+}
+
+absl::Status CheckValues(const Step& step, const std::vector<double>& got,
+                         int64_t numel, const Vars& vars) {
+  std::vector<double> expected;
+  Vars element_vars = vars;
+  if (step.expected_all) {
+    for (size_t i = 0; i < got.size(); ++i) {
+      element_vars["i"] = static_cast<double>(i);
+      auto v = step.expected_all->Evaluate(element_vars);
+      if (!v.ok()) return v.status();
+      expected.push_back(*v);
+    }
+  } else {
+    if (static_cast<int64_t>(step.expected.size()) > numel) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("expected ", step.expected.size(),
+                       " values, the tensor has ", numel, " elements"));
+    }
+    if (got.size() < step.expected.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "read ", got.size(), " values, expected ", step.expected.size()));
+    }
+    for (size_t i = 0; i < step.expected.size(); ++i) {
+      element_vars["i"] = static_cast<double>(i);
+      auto v = step.expected[i].Evaluate(element_vars);
+      if (!v.ok()) return v.status();
+      expected.push_back(*v);
+    }
+  }
+  int64_t wrong = 0;
+  int64_t first = -1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double e = expected[i], g = got[i];
+    const bool ok =
+        step.tol ? std::abs(g - e) <= *step.tol * std::max(1.0, std::abs(e))
+                 : g == e;
+    if (!ok) {
+      ++wrong;
+      if (first < 0) first = static_cast<int64_t>(i);
+    }
+  }
+  if (wrong == 0) return absl::OkStatus();
+  std::vector<double> shown_got(got.begin(), got.begin() + expected.size());
+  return absl::FailedPreconditionError(absl::StrCat(
+      "expected ", NumList(expected), ", got ", NumList(shown_got), ": [",
+      first, "] is ", Num(got[first]), ", expected ", Num(expected[first]),
+      " (", wrong, " of ", expected.size(), " elements differ)"));
+}
+
+absl::StatusOr<std::vector<double>> ValuesToWrite(const Step& step,
+                                                  int64_t numel,
+                                                  const Vars& vars) {
+  Vars element_vars = vars;
+  std::vector<double> values;
+  const int64_t count = step.values_all
+                            ? numel - step.offset
+                            : static_cast<int64_t>(step.values.size());
+  if (step.offset + count > numel || count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(count, " values at offset ",
+                                                   step.offset, " do not fit ",
+                                                   numel, " elements"));
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    // `i` is the element's index in the tensor.
+    element_vars["i"] = static_cast<double>(step.offset + i);
+    auto v = (step.values_all ? *step.values_all : step.values[i])
+                 .Evaluate(element_vars);
+    if (!v.ok()) return v.status();
+    values.push_back(*v);
+  }
+  return values;
+}
+
+}  // namespace ccl::ctl

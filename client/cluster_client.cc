@@ -1,0 +1,291 @@
+#include "client/cluster_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace ccl {
+namespace {
+
+// Margin between an op's own deadline and the RPC's, so that the worker's
+// clear error arrives before the RPC gives up.
+constexpr std::chrono::milliseconds kRpcMargin(5000);
+
+template <typename Response, typename Call>
+absl::StatusOr<Response> Unary(const Call& call) {
+  Response response;
+  absl::Status status = FromGrpcStatus(call(&response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+}  // namespace
+
+std::string StatusText(const absl::Status& status) {
+  if (status.ok()) return "OK";
+  return absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
+                      std::string(status.message()));
+}
+
+ClusterClient::ClusterClient(ClientOptions options,
+                             std::unique_ptr<CoordinatorClient> coordinator,
+                             v1::World world)
+    : options_(std::move(options)),
+      coordinator_(std::move(coordinator)),
+      world_(std::move(world)) {}
+
+absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
+    const ClientOptions& options) {
+  auto coordinator =
+      CoordinatorClient::Connect(options.coordinator, options.timeout);
+  auto world = coordinator->GetWorld();
+  if (!world.ok()) {
+    return absl::Status(world.status().code(),
+                        absl::StrCat("coordinator ", options.coordinator, ": ",
+                                     std::string(world.status().message())));
+  }
+  return std::unique_ptr<ClusterClient>(
+      new ClusterClient(options, std::move(coordinator), *std::move(world)));
+}
+
+std::vector<int> ClusterClient::AllRanks() const {
+  std::vector<int> ranks;
+  for (const auto& member : world_.members()) ranks.push_back(member.rank());
+  return ranks;
+}
+
+absl::Status ClusterClient::CheckRanks(const std::vector<int>& ranks) const {
+  for (int rank : ranks) {
+    if (rank < 0 || rank >= world_.world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " is out of range; the world has ",
+          world_.world_size(), " ranks (0..", world_.world_size() - 1, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+v1::Worker::Stub& ClusterClient::Worker(int rank) {
+  std::lock_guard<std::mutex> lock(stubs_mutex_);
+  auto& stub = stubs_[rank];
+  if (!stub) {
+    std::string address;
+    for (const auto& member : world_.members()) {
+      if (member.rank() == rank) address = member.address();
+    }
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(16 << 20);
+    stub = v1::Worker::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args));
+  }
+  return *stub;
+}
+
+std::unique_ptr<grpc::ClientContext> ClusterClient::Context(
+    std::chrono::milliseconds extra) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + options_.timeout +
+                        extra);
+  return context;
+}
+
+absl::StatusOr<v1::WorkerInfo> ClusterClient::Info(int rank) {
+  auto context = Context();
+  return Unary<v1::WorkerInfo>([&](v1::WorkerInfo* response) {
+    return Worker(rank).GetInfo(context.get(), v1::GetInfoRequest(), response);
+  });
+}
+
+absl::StatusOr<v1::TensorInfo> ClusterClient::Alloc(
+    int rank, const v1::AllocTensorRequest& request) {
+  auto context = Context();
+  return Unary<v1::TensorInfo>([&](v1::TensorInfo* response) {
+    return Worker(rank).AllocTensor(context.get(), request, response);
+  });
+}
+
+absl::StatusOr<int64_t> ClusterClient::Free(int rank, const std::string& name) {
+  auto context = Context();
+  v1::FreeTensorRequest request;
+  request.set_name(name);
+  auto response = Unary<v1::FreeTensorResponse>([&](auto* out) {
+    return Worker(rank).FreeTensor(context.get(), request, out);
+  });
+  if (!response.ok()) return response.status();
+  return response->freed_bytes();
+}
+
+absl::StatusOr<v1::ListTensorsResponse> ClusterClient::List(int rank) {
+  auto context = Context();
+  return Unary<v1::ListTensorsResponse>([&](auto* out) {
+    return Worker(rank).ListTensors(context.get(), v1::ListTensorsRequest(), out);
+  });
+}
+
+absl::StatusOr<v1::TensorSummary> ClusterClient::Summarize(
+    int rank, const std::string& name, int64_t head) {
+  auto context = Context();
+  v1::SummarizeTensorRequest request;
+  request.set_name(name);
+  request.set_head(head);
+  return Unary<v1::TensorSummary>([&](auto* out) {
+    return Worker(rank).SummarizeTensor(context.get(), request, out);
+  });
+}
+
+absl::StatusOr<v1::TensorInfo> ClusterClient::Write(int rank,
+                                                    const std::string& name,
+                                                    int64_t offset_bytes,
+                                                    const std::string& bytes) {
+  constexpr size_t kChunk = 1 << 20;
+  auto context = Context();
+  v1::TensorInfo info;
+  auto writer = Worker(rank).WriteTensor(context.get(), &info);
+  size_t done = 0;
+  do {
+    v1::WriteTensorChunk chunk;
+    if (done == 0) chunk.set_name(name);
+    chunk.set_offset_bytes(offset_bytes + static_cast<int64_t>(done));
+    const size_t n = std::min(kChunk, bytes.size() - done);
+    chunk.set_data(bytes.substr(done, n));
+    done += n;
+    if (!writer->Write(chunk)) break;  // the server ended the stream: see Finish
+  } while (done < bytes.size());
+  writer->WritesDone();
+  absl::Status status = FromGrpcStatus(writer->Finish());
+  if (!status.ok()) return status;
+  return info;
+}
+
+absl::StatusOr<std::string> ClusterClient::Read(int rank, const std::string& name,
+                                                int64_t offset, int64_t count) {
+  auto context = Context();
+  v1::ReadTensorRequest request;
+  request.set_name(name);
+  request.set_offset(offset);
+  request.set_count(count);
+  auto reader = Worker(rank).ReadTensor(context.get(), request);
+  std::string bytes;
+  v1::ReadTensorChunk chunk;
+  while (reader->Read(&chunk)) bytes += chunk.data();
+  absl::Status status = FromGrpcStatus(reader->Finish());
+  if (!status.ok()) return status;
+  return bytes;
+}
+
+absl::StatusOr<int64_t> ClusterClient::ReserveSeq(int64_t count) {
+  return coordinator_->ReserveSequence(world_.generation(), options_.group,
+                                       count);
+}
+
+std::vector<RankResult<v1::OpResponse>> ClusterClient::SubmitAll(
+    const std::vector<std::pair<int, v1::OpRequest>>& per_rank) {
+  std::vector<int> ranks;
+  std::map<int, const v1::OpRequest*> by_rank;
+  for (const auto& [rank, op] : per_rank) {
+    ranks.push_back(rank);
+    by_rank[rank] = &op;
+  }
+  return FanOut<v1::OpResponse>(ranks, [&](int rank) {
+    const v1::OpRequest& op = *by_rank[rank];
+    auto context = Context(std::chrono::milliseconds(op.timeout_ms()) + kRpcMargin);
+    return Unary<v1::OpResponse>([&](v1::OpResponse* response) {
+      return Worker(rank).Submit(context.get(), op, response);
+    });
+  });
+}
+
+std::vector<RankResult<v1::OpResponse>> ClusterClient::Collective(
+    v1::OpRequest op) {
+  auto seq = ReserveSeq();
+  if (!seq.ok()) {
+    std::vector<RankResult<v1::OpResponse>> failed;
+    for (int rank : AllRanks()) failed.push_back({rank, seq.status()});
+    return failed;
+  }
+  op.set_seq(*seq);
+  op.set_group(options_.group);
+  op.set_generation(world_.generation());
+  if (op.timeout_ms() == 0) op.set_timeout_ms(options_.timeout.count());
+  std::vector<std::pair<int, v1::OpRequest>> per_rank;
+  for (int rank : AllRanks()) per_rank.emplace_back(rank, op);
+  return SubmitAll(per_rank);
+}
+
+std::vector<RankResult<v1::OpResponse>> ClusterClient::PointToPoint(
+    const std::map<int, v1::OpRequest>& ops) {
+  auto seq = ReserveSeq();
+  std::vector<std::pair<int, v1::OpRequest>> per_rank;
+  for (int rank : AllRanks()) {
+    auto it = ops.find(rank);
+    v1::OpRequest op;
+    if (it != ops.end()) {
+      op = it->second;
+    } else {
+      op.set_kind(v1::OP_KIND_NOP);
+    }
+    op.set_seq(seq.ok() ? *seq : 0);
+    op.set_group(options_.group);
+    op.set_generation(world_.generation());
+    if (op.timeout_ms() == 0) op.set_timeout_ms(options_.timeout.count());
+    per_rank.emplace_back(rank, op);
+  }
+  if (!seq.ok()) {
+    std::vector<RankResult<v1::OpResponse>> failed;
+    for (const auto& [rank, op] : per_rank) failed.push_back({rank, seq.status()});
+    return failed;
+  }
+  return SubmitAll(per_rank);
+}
+
+absl::StatusOr<v1::WorkStatus> ClusterClient::Wait(
+    int rank, int64_t work_id, std::chrono::milliseconds timeout) {
+  auto context = Context(timeout);
+  v1::WaitRequest request;
+  request.set_work_id(work_id);
+  request.set_timeout_ms(timeout.count());
+  v1::WorkStatus status;
+  absl::Status rpc =
+      FromGrpcStatus(Worker(rank).Wait(context.get(), request, &status));
+  if (!rpc.ok()) return rpc;
+  return status;
+}
+
+absl::StatusOr<v1::WorkStatus> ClusterClient::Test(int rank, int64_t work_id) {
+  auto context = Context();
+  v1::TestRequest request;
+  request.set_work_id(work_id);
+  return Unary<v1::WorkStatus>([&](v1::WorkStatus* response) {
+    return Worker(rank).Test(context.get(), request, response);
+  });
+}
+
+std::vector<RankResult<v1::BenchResponse>> ClusterClient::Bench(
+    const std::function<v1::BenchRequest(int rank)>& for_rank) {
+  auto seq = ReserveSeq();
+  if (!seq.ok()) {
+    std::vector<RankResult<v1::BenchResponse>> failed;
+    for (int rank : AllRanks()) failed.push_back({rank, seq.status()});
+    return failed;
+  }
+  return FanOut<v1::BenchResponse>(AllRanks(), [&](int rank) {
+    v1::BenchRequest request = for_rank(rank);
+    v1::OpRequest& op = *request.mutable_op();
+    op.set_seq(*seq);
+    op.set_group(options_.group);
+    op.set_generation(world_.generation());
+    if (op.timeout_ms() == 0) op.set_timeout_ms(options_.timeout.count());
+    // A bench runs many ops: its RPC deadline scales with the iterations.
+    const auto deadline = std::chrono::milliseconds(op.timeout_ms()) *
+                              (2 + request.iters() + request.warmup_iters()) +
+                          kRpcMargin;
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + deadline);
+    return Unary<v1::BenchResponse>([&](v1::BenchResponse* response) {
+      return Worker(rank).Bench(context.get(), request, response);
+    });
+  });
+}
+
+}  // namespace ccl

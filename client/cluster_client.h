@@ -1,0 +1,115 @@
+// The client library ccctl is a thin layer over: finds the workers through
+// the coordinator, fans requests out to the ranks of a group and gathers the
+// replies (one StatusOr per rank), and sequences ops so that any number of
+// clients can drive one cluster without the ranks disagreeing on the order.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ccl/v1/worker.grpc.pb.h"
+#include "client/coordinator_client.h"
+
+namespace ccl {
+
+struct ClientOptions {
+  std::string coordinator = "127.0.0.1:29400";
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  std::string group = "world";
+};
+
+template <typename T>
+struct RankResult {
+  int rank = 0;
+  absl::StatusOr<T> result;
+};
+
+class ClusterClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(
+      const ClientOptions& options);
+
+  const ClientOptions& options() const { return options_; }
+  CoordinatorClient& coordinator() { return *coordinator_; }
+  const v1::World& world() const { return world_; }
+  int world_size() const { return world_.world_size(); }
+  std::vector<int> AllRanks() const;
+  // INVALID_ARGUMENT unless every rank is in [0, world size).
+  absl::Status CheckRanks(const std::vector<int>& ranks) const;
+
+  v1::Worker::Stub& Worker(int rank);
+  std::unique_ptr<grpc::ClientContext> Context(
+      std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
+
+  // Runs `call` for every rank in parallel; results in the order of `ranks`.
+  template <typename T>
+  std::vector<RankResult<T>> FanOut(
+      const std::vector<int>& ranks,
+      const std::function<absl::StatusOr<T>(int rank)>& call) {
+    std::vector<RankResult<T>> results(ranks.size());
+    std::vector<std::thread> threads;
+    threads.reserve(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      results[i].rank = ranks[i];
+      threads.emplace_back([&, i] { results[i].result = call(ranks[i]); });
+    }
+    for (auto& thread : threads) thread.join();
+    return results;
+  }
+
+  absl::StatusOr<v1::WorkerInfo> Info(int rank);
+  absl::StatusOr<v1::TensorInfo> Alloc(int rank, const v1::AllocTensorRequest& request);
+  absl::StatusOr<int64_t> Free(int rank, const std::string& name);
+  absl::StatusOr<v1::ListTensorsResponse> List(int rank);
+  absl::StatusOr<v1::TensorSummary> Summarize(int rank, const std::string& name,
+                                              int64_t head);
+  // Streams `bytes` into the tensor starting at `offset_bytes`.
+  absl::StatusOr<v1::TensorInfo> Write(int rank, const std::string& name,
+                                       int64_t offset_bytes,
+                                       const std::string& bytes);
+  // Reads the element range [offset, offset + count) (count 0: to the end).
+  absl::StatusOr<std::string> Read(int rank, const std::string& name,
+                                   int64_t offset, int64_t count);
+
+  // Reserves the next sequence number of the client's group.
+  absl::StatusOr<int64_t> ReserveSeq(int64_t count = 1);
+
+  // Runs one collective on every rank of the world at a fresh seq. The op's
+  // timeout defaults to the client's.
+  std::vector<RankResult<v1::OpResponse>> Collective(v1::OpRequest op);
+  // Point to point at one seq: `ops` maps a rank to its op (send or recv);
+  // every other rank gets a NOP so that all ranks see every seq.
+  std::vector<RankResult<v1::OpResponse>> PointToPoint(
+      const std::map<int, v1::OpRequest>& ops);
+  absl::StatusOr<v1::WorkStatus> Wait(int rank, int64_t work_id,
+                                      std::chrono::milliseconds timeout);
+  absl::StatusOr<v1::WorkStatus> Test(int rank, int64_t work_id);
+  // One bench at one seq on every rank; `for_rank` gives each rank's request
+  // (the same for collectives; send, recv or nop for point to point).
+  std::vector<RankResult<v1::BenchResponse>> Bench(
+      const std::function<v1::BenchRequest(int rank)>& for_rank);
+
+ private:
+  ClusterClient(ClientOptions options, std::unique_ptr<CoordinatorClient> coordinator,
+                v1::World world);
+  std::vector<RankResult<v1::OpResponse>> SubmitAll(
+      const std::vector<std::pair<int, v1::OpRequest>>& per_rank);
+
+  ClientOptions options_;
+  std::unique_ptr<CoordinatorClient> coordinator_;
+  v1::World world_;
+  std::mutex stubs_mutex_;
+  std::map<int, std::unique_ptr<v1::Worker::Stub>> stubs_;
+};
+
+// "OK" for success, else "CODE: message".
+std::string StatusText(const absl::Status& status);
+
+}  // namespace ccl

@@ -1,0 +1,52 @@
+// StatusOr API over the Coordinator stub, shared by the worker daemon and
+// ccctl. Every call has a deadline: the call's own (for parked calls such as
+// Register and KvWait) plus the client's RPC timeout.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ccl/v1/coordinator.grpc.pb.h"
+
+namespace ccl {
+
+class CoordinatorClient {
+ public:
+  CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                    std::chrono::milliseconds rpc_timeout);
+  static std::unique_ptr<CoordinatorClient> Connect(
+      const std::string& address, std::chrono::milliseconds rpc_timeout);
+
+  const std::string& target() const { return target_; }
+
+  absl::StatusOr<v1::RegisterResponse> Register(
+      const v1::RegisterRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  absl::Status Deregister(const v1::DeregisterRequest& request);
+  absl::StatusOr<v1::World> GetWorld();
+
+  absl::Status KvSet(int64_t generation, const std::string& key,
+                     const std::string& value);
+  absl::StatusOr<std::string> KvGet(int64_t generation, const std::string& key);
+  absl::Status KvWait(int64_t generation, const std::vector<std::string>& keys,
+                      std::chrono::milliseconds timeout);
+
+  // First of `count` consecutive sequence numbers of `group`.
+  absl::StatusOr<int64_t> ReserveSequence(int64_t generation,
+                                          const std::string& group,
+                                          int64_t count);
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context(
+      std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
+
+  std::string target_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::chrono::milliseconds rpc_timeout_;
+};
+
+}  // namespace ccl

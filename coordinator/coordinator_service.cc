@@ -1,0 +1,269 @@
+#include "coordinator/coordinator_service.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/grpc_status.h"
+#include "common/proto_convert.h"
+
+namespace ccl::coordinator {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A reactor for a call the core may park. OnCancel (client gone, deadline
+// passed, server shutting down) must end the parked wait, or the reactor
+// would never finish and Server::Shutdown would wait on it forever.
+class ParkedReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ParkedReactor(CoordinatorCore& core)
+      : core_(core), id_(core.NewWaitId()) {}
+  CoordinatorCore::WaitId id() const { return id_; }
+
+  void OnCancel() override { core_.Cancel(id_); }
+  void OnDone() override { delete this; }
+
+ private:
+  CoordinatorCore& core_;
+  const CoordinatorCore::WaitId id_;
+};
+
+v1::MemberState ToProto(MemberState state) {
+  switch (state) {
+    case MemberState::kJoining:
+      return v1::MEMBER_STATE_JOINING;
+    case MemberState::kReady:
+      return v1::MEMBER_STATE_READY;
+    case MemberState::kLost:
+      return v1::MEMBER_STATE_LOST;
+    case MemberState::kLeft:
+      return v1::MEMBER_STATE_LEFT;
+  }
+  return v1::MEMBER_STATE_UNSPECIFIED;
+}
+
+v1::WorldState ToProto(WorldState state) {
+  switch (state) {
+    case WorldState::kForming:
+      return v1::WORLD_STATE_FORMING;
+    case WorldState::kComplete:
+      return v1::WORLD_STATE_COMPLETE;
+    case WorldState::kDegraded:
+      return v1::WORLD_STATE_DEGRADED;
+  }
+  return v1::WORLD_STATE_UNSPECIFIED;
+}
+
+// Calls that never wait answer on the handler's thread.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+v1::World ToProto(const WorldInfo& world) {
+  v1::World out;
+  out.set_generation(world.generation);
+  out.set_world_size(world.world_size);
+  out.set_state(ToProto(world.state));
+  out.set_heartbeat_interval_ms(world.heartbeat_interval_ms);
+  out.set_heartbeat_timeout_ms(world.heartbeat_timeout_ms);
+  out.mutable_members()->Reserve(static_cast<int>(world.members.size()));
+  for (const MemberInfo& m : world.members) {
+    v1::Member* pm = out.add_members();
+    pm->set_rank(m.rank);
+    pm->set_address(m.address);
+    pm->set_host(m.host);
+    *pm->mutable_device() = ccl::ToProto(m.device);
+    pm->set_state(ToProto(m.state));
+    pm->set_last_seen_age_ms(m.last_seen_age_ms);
+    pm->set_worker_id(m.worker_id);
+    pm->set_tensor_count(m.tensor_count);
+    pm->set_tensor_bytes(m.tensor_bytes);
+  }
+  return out;
+}
+
+std::shared_ptr<const v1::World> CoordinatorService::WorldProto(
+    const std::shared_ptr<const WorldInfo>& world) {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (world != cached_world_) {
+    cached_world_ = world;
+    cached_world_proto_ = std::make_shared<const v1::World>(ToProto(*world));
+  }
+  return cached_world_proto_;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Register(
+    grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
+    v1::RegisterResponse* response) {
+  absl::StatusOr<Device> device = FromProto(request->device());
+  if (!device.ok()) return FinishNow(context, device.status());
+  RegisterRequest native;
+  native.address = request->address();
+  native.host = request->host();
+  native.device = *device;
+  if (request->has_requested_rank()) {
+    native.requested_rank = request->requested_rank();
+  }
+  native.worker_id = request->worker_id();
+  native.timeout = milliseconds(request->timeout_ms());
+
+  auto* reactor = new ParkedReactor(core_);
+  core_.Register(reactor->id(), std::move(native),
+                 [this, reactor, response](absl::StatusOr<RegisterResult> r) {
+                   if (r.ok()) {
+                     response->set_rank(r->rank);
+                     response->set_generation(r->generation);
+                     *response->mutable_world() = *WorldProto(r->world);
+                   }
+                   reactor->Finish(ToGrpcStatus(r.status()));
+                 });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
+    grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  HeartbeatRequest native{request->rank(), request->generation(),
+                          request->worker_id(), request->tensor_count(),
+                          request->tensor_bytes()};
+  absl::StatusOr<HeartbeatResult> r = core_.Heartbeat(native);
+  if (r.ok()) {
+    response->set_generation(r->generation);
+    response->set_world_state(ToProto(r->world_state));
+  }
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Deregister(
+    grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
+    v1::DeregisterResponse* response) {
+  absl::StatusOr<int64_t> r = core_.Deregister(
+      request->rank(), request->generation(), request->worker_id());
+  if (r.ok()) response->set_generation(*r);
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetWorld(
+    grpc::CallbackServerContext* context, const v1::GetWorldRequest* request,
+    v1::World* response) {
+  *response = ToProto(core_.GetWorld());
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvSet(
+    grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
+    v1::KvSetResponse* response) {
+  absl::StatusOr<int64_t> r =
+      core_.KvSet(request->generation(), request->key(), request->value());
+  if (r.ok()) response->set_generation(*r);
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvGet(
+    grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
+    v1::KvGetResponse* response) {
+  auto r = core_.KvGet(request->generation(), request->key());
+  if (r.ok()) {
+    response->set_generation(r->first);
+    response->set_value(std::move(r->second));
+  }
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvWait(
+    grpc::CallbackServerContext* context, const v1::KvWaitRequest* request,
+    v1::KvWaitResponse* response) {
+  auto* reactor = new ParkedReactor(core_);
+  std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+  core_.KvWait(reactor->id(), request->generation(), std::move(keys),
+               milliseconds(request->timeout_ms()),
+               [reactor, response](absl::StatusOr<int64_t> r) {
+                 if (r.ok()) response->set_generation(*r);
+                 reactor->Finish(ToGrpcStatus(r.status()));
+               });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvAdd(
+    grpc::CallbackServerContext* context, const v1::KvAddRequest* request,
+    v1::KvAddResponse* response) {
+  auto r = core_.KvAdd(request->generation(), request->key(), request->delta());
+  if (r.ok()) {
+    response->set_generation(r->first);
+    response->set_value(r->second);
+  }
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvCompareSet(
+    grpc::CallbackServerContext* context,
+    const v1::KvCompareSetRequest* request,
+    v1::KvCompareSetResponse* response) {
+  auto r = core_.KvCompareSet(request->generation(), request->key(),
+                              request->expected(), request->desired());
+  if (r.ok()) {
+    response->set_generation(r->generation);
+    response->set_swapped(r->swapped);
+    response->set_value(std::move(r->value));
+  }
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::KvDelete(
+    grpc::CallbackServerContext* context, const v1::KvDeleteRequest* request,
+    v1::KvDeleteResponse* response) {
+  auto r = core_.KvDelete(request->generation(), request->key());
+  if (r.ok()) {
+    response->set_generation(r->first);
+    response->set_deleted(r->second);
+  }
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReserveSequence(
+    grpc::CallbackServerContext* context,
+    const v1::ReserveSequenceRequest* request,
+    v1::ReserveSequenceResponse* response) {
+  auto r = core_.ReserveSequence(request->generation(), request->group(),
+                                 request->count());
+  if (r.ok()) {
+    response->set_generation(r->first);
+    response->set_first(r->second);
+  }
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::PostUniqueId(
+    grpc::CallbackServerContext* context,
+    const v1::PostUniqueIdRequest* request,
+    v1::PostUniqueIdResponse* response) {
+  auto r = core_.PostUniqueId(request->generation(), request->group(),
+                              request->unique_id());
+  if (r.ok()) response->set_generation(*r);
+  return FinishNow(context, r.status());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetUniqueId(
+    grpc::CallbackServerContext* context, const v1::GetUniqueIdRequest* request,
+    v1::GetUniqueIdResponse* response) {
+  auto* reactor = new ParkedReactor(core_);
+  core_.GetUniqueId(reactor->id(), request->generation(), request->group(),
+                    milliseconds(request->timeout_ms()),
+                    [reactor, response](absl::StatusOr<UniqueIdResult> r) {
+                      if (r.ok()) {
+                        response->set_generation(r->generation);
+                        response->set_unique_id(std::move(r->unique_id));
+                      }
+                      reactor->Finish(ToGrpcStatus(r.status()));
+                    });
+  return reactor;
+}
+
+}  // namespace ccl::coordinator

@@ -1,0 +1,82 @@
+// The coordinator's gRPC adapter: converts protos to the core's native types
+// and back, and maps absl::Status to grpc::Status. It uses the callback API
+// so that no gRPC thread ever blocks: Register, KvWait and GetUniqueId park
+// a reactor that the core finishes when the condition holds, at the deadline,
+// or when the client cancels.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "ccl/v1/coordinator.grpc.pb.h"
+#include "coordinator/coordinator_core.h"
+
+namespace ccl::coordinator {
+
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  // `core` must outlive the service and every call in flight.
+  explicit CoordinatorService(CoordinatorCore& core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Deregister(
+      grpc::CallbackServerContext* context,
+      const v1::DeregisterRequest* request,
+      v1::DeregisterResponse* response) override;
+  grpc::ServerUnaryReactor* GetWorld(grpc::CallbackServerContext* context,
+                                     const v1::GetWorldRequest* request,
+                                     v1::World* response) override;
+
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
+                                  const v1::KvSetRequest* request,
+                                  v1::KvSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const v1::KvGetRequest* request,
+                                  v1::KvGetResponse* response) override;
+  grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* context,
+                                   const v1::KvWaitRequest* request,
+                                   v1::KvWaitResponse* response) override;
+  grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* context,
+                                  const v1::KvAddRequest* request,
+                                  v1::KvAddResponse* response) override;
+  grpc::ServerUnaryReactor* KvCompareSet(
+      grpc::CallbackServerContext* context,
+      const v1::KvCompareSetRequest* request,
+      v1::KvCompareSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
+                                     const v1::KvDeleteRequest* request,
+                                     v1::KvDeleteResponse* response) override;
+
+  grpc::ServerUnaryReactor* ReserveSequence(
+      grpc::CallbackServerContext* context,
+      const v1::ReserveSequenceRequest* request,
+      v1::ReserveSequenceResponse* response) override;
+  grpc::ServerUnaryReactor* PostUniqueId(
+      grpc::CallbackServerContext* context,
+      const v1::PostUniqueIdRequest* request,
+      v1::PostUniqueIdResponse* response) override;
+  grpc::ServerUnaryReactor* GetUniqueId(
+      grpc::CallbackServerContext* context,
+      const v1::GetUniqueIdRequest* request,
+      v1::GetUniqueIdResponse* response) override;
+
+ private:
+  // Every member of a world gets the same World message; converting a world
+  // of thousands once per member would cost N^2.
+  std::shared_ptr<const v1::World> WorldProto(
+      const std::shared_ptr<const WorldInfo>& world);
+
+  CoordinatorCore& core_;
+  std::mutex cache_mutex_;
+  std::shared_ptr<const WorldInfo> cached_world_;
+  std::shared_ptr<const v1::World> cached_world_proto_;
+};
+
+v1::World ToProto(const WorldInfo& world);
+
+}  // namespace ccl::coordinator

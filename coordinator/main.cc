@@ -1,0 +1,150 @@
+// cccoord: the coordinator daemon. Serves membership, rendezvous, the KV
+// store and the unique id handout until SIGTERM or SIGINT.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "coordinator/coordinator_core.h"
+#include "coordinator/coordinator_service.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+// Readers poll for the file; a rename makes it appear whole or not at all.
+bool WritePortFile(const std::string& path, int port) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+std::string HostOf(const std::string& address) {
+  auto colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Blocked before any thread exists, so every thread inherits the mask and
+  // the signals are only ever taken by sigwait below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("cccoord"));
+
+  CLI::App app{"cccoord: the ccl coordinator (membership, rendezvous, KV)"};
+  int world_size = 0;
+  std::string listen = "127.0.0.1:29400";
+  std::string port_file;
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t heartbeat_timeout_ms = 10000;
+  int64_t register_timeout_ms = 300000;
+  int64_t max_value_bytes = 1 << 20;
+  auto* world_opt = app.add_option(
+      "--world-size", world_size,
+      "Number of ranks (fallback: $CCL_WORLD_SIZE, then $WORLD_SIZE)");
+  app.add_option("--listen", listen, "host:port to serve on (port 0: any)")
+      ->capture_default_str();
+  app.add_option("--port-file", port_file,
+                 "Write the bound port here once serving");
+  app.add_option("--heartbeat-interval-ms", heartbeat_interval_ms,
+                 "Heartbeat period workers are told to use")
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms,
+                 "Silence after which a member is LOST")
+      ->capture_default_str();
+  app.add_option("--register-timeout-ms", register_timeout_ms,
+                 "Default wait for Register/KvWait/GetUniqueId with timeout 0")
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", max_value_bytes,
+                 "Largest KV value accepted")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (world_opt->count() == 0) {
+    for (const char* name : {"CCL_WORLD_SIZE", "WORLD_SIZE"}) {
+      const char* value = std::getenv(name);
+      if (value == nullptr || *value == '\0') continue;
+      if (!absl::SimpleAtoi(value, &world_size)) {
+        std::cerr << "cccoord: $" << name << "='" << value
+                  << "' is not an integer\n";
+        return kUsageError;
+      }
+      break;
+    }
+  }
+  if (world_size <= 0) {
+    std::cerr << "cccoord: --world-size must be a positive integer (got "
+              << world_size << "); set it or $CCL_WORLD_SIZE / $WORLD_SIZE\n";
+    return kUsageError;
+  }
+  if (max_value_bytes <= 0) {
+    std::cerr << "cccoord: --max-value-bytes must be positive\n";
+    return kUsageError;
+  }
+
+  ccl::coordinator::CoordinatorOptions options;
+  options.world_size = world_size;
+  options.heartbeat_interval = std::chrono::milliseconds(heartbeat_interval_ms);
+  options.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
+  options.default_wait_timeout = std::chrono::milliseconds(register_timeout_ms);
+  options.max_value_bytes = static_cast<size_t>(max_value_bytes);
+  options.sweep_period = std::chrono::milliseconds(
+      std::max<int64_t>(10, std::min<int64_t>(heartbeat_interval_ms, 1000)));
+  auto core = ccl::coordinator::CoordinatorCore::Create(std::move(options));
+  if (!core.ok()) {
+    std::cerr << "cccoord: " << core.status().message() << "\n";
+    return kUsageError;
+  }
+  ccl::coordinator::CoordinatorService service(**core);
+
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "cccoord: cannot listen on " << listen << "\n";
+    return 1;
+  }
+  std::cout << "cccoord listening on " << HostOf(listen) << ":" << port
+            << std::endl;
+  spdlog::info("serving world of size {} on {}:{}", world_size, HostOf(listen),
+               port);
+  if (!port_file.empty() && !WritePortFile(port_file, port)) {
+    std::cerr << "cccoord: cannot write port file " << port_file << "\n";
+    server->Shutdown(std::chrono::system_clock::now());
+    return 1;
+  }
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("signal {}: shutting down", signal_number);
+  // Parked calls would otherwise hold Shutdown until their own deadlines.
+  (*core)->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(500));
+  server->Wait();
+  return 0;
+}

@@ -1,0 +1,805 @@
+// WorkerCore over a TensorStore, one Gloo communicator ("world") and its
+// Executor. Submit validates and resolves everything on the caller's thread
+// (never blocking), then hands a bound op to the executor.
+#include "server/worker_core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/element.h"
+#include "common/status_macros.h"
+#include "server/communicator.h"
+#include "server/executor.h"
+#include "server/gloo/gloo_communicator.h"
+#include "server/tensor_store.h"
+
+namespace ccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Completed works beyond this many are dropped oldest first, so sync ops
+// (whose callers never ForgetWork) cannot grow the table without bound.
+constexpr size_t kMaxRememberedWorks = 1 << 16;
+
+std::string Name(OpKind kind) { return std::string(OpKindName(kind)); }
+
+struct Resolved {
+  BoundOp op;
+  std::vector<std::shared_ptr<Tensor>> tensors;
+};
+
+// ---------------------------------------------------------------------------
+// Bench result check: inputs get a per-rank pattern whose reductions stay
+// exact in every dtype for small worlds, and each rank recomputes what it
+// should hold.
+
+double PatternValue(ReduceOp reduce_op, int rank, int64_t index) {
+  if (reduce_op == ReduceOp::kProd) {
+    // Products of 1s and 2s stay exact up to 2^world.
+    return 1 + ((rank + index) % 2);
+  }
+  return (rank + 1) + (index % 3);
+}
+
+double RoundTo(DType dtype, double value) {
+  alignas(8) unsigned char buf[8] = {};
+  StoreElement(dtype, buf, 0, value);
+  return LoadElement(dtype, buf, 0);
+}
+
+// Rank r's contribution to element `index` of a reduction, as the backend
+// sees it (premul_sum scales before summing, in the dtype).
+double Contribution(const BoundOp& op, int rank, int64_t index) {
+  const double v = PatternValue(op.reduce_op, rank, index);
+  if (op.reduce_op == ReduceOp::kPremulSum) {
+    return RoundTo(op.dtype, v * op.premul_scale);
+  }
+  return v;
+}
+
+double Reduced(const BoundOp& op, int world, int64_t index) {
+  double acc = Contribution(op, 0, index);
+  for (int r = 1; r < world; ++r) {
+    const double v = Contribution(op, r, index);
+    switch (op.reduce_op) {
+      case ReduceOp::kProd:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      default:
+        acc += v;
+        break;
+    }
+  }
+  if (op.reduce_op == ReduceOp::kAvg) {
+    acc = IsFloatingPoint(op.dtype) ? acc / world : std::trunc(acc / world);
+  }
+  return RoundTo(op.dtype, acc);
+}
+
+double Tolerance(DType dtype, double expected) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 1e-5 * std::max(1.0, std::fabs(expected));
+    case DType::kFloat64:
+      return 1e-12 * std::max(1.0, std::fabs(expected));
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 1e-2 * std::max(1.0, std::fabs(expected));
+    case DType::kFp8E4M3:
+    case DType::kFp8E5M2:
+      return 0.25 * std::max(1.0, std::fabs(expected));
+    default:
+      return 0;
+  }
+}
+
+void FillPattern(const BoundOp& op, int rank, void* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    StoreElement(op.dtype, data, static_cast<size_t>(i),
+                 PatternValue(op.reduce_op, rank, i));
+  }
+}
+
+// Sets up the buffers for a checked run: outputs zeroed (no expected value
+// is 0), then inputs patterned (in place, the input overrides).
+void PrepareCheck(const BoundOp& op, int rank, int world) {
+  const int64_t n = op.count;
+  const size_t esize = DTypeSize(op.dtype);
+  const int64_t w = world;
+  auto zero = [&](void* p, int64_t count) {
+    if (p != nullptr && count > 0) {
+      std::memset(p, 0, static_cast<size_t>(count) * esize);
+    }
+  };
+  void* in = const_cast<void*>(op.input);
+  const bool root = rank == op.root;
+  switch (op.kind) {
+    case OpKind::kAllReduce:
+      zero(op.output, n);
+      FillPattern(op, rank, in, n);
+      break;
+    case OpKind::kReduce:
+      if (root) zero(op.output, n);
+      FillPattern(op, rank, in, n);
+      break;
+    case OpKind::kBroadcast:
+      if (!root || op.input != op.output) zero(op.output, n);
+      if (root) FillPattern(op, rank, in, n);
+      break;
+    case OpKind::kAllGather:
+      zero(op.output, w * n);
+      FillPattern(op, rank, in, n);
+      break;
+    case OpKind::kReduceScatter:
+      zero(op.output, n);
+      FillPattern(op, rank, in, w * n);
+      break;
+    case OpKind::kGather:
+      if (root) zero(op.output, w * n);
+      FillPattern(op, rank, in, n);
+      break;
+    case OpKind::kScatter:
+      zero(op.output, n);
+      if (root) FillPattern(op, rank, in, w * n);
+      break;
+    case OpKind::kAllToAll:
+      zero(op.output, w * n);
+      FillPattern(op, rank, in, w * n);
+      break;
+    case OpKind::kSend:
+      FillPattern(op, rank, in, n);
+      break;
+    case OpKind::kRecv:
+      zero(op.output, n);
+      break;
+    case OpKind::kBarrier:
+    case OpKind::kNop:
+      break;
+  }
+}
+
+int64_t CountWrong(const BoundOp& op, int rank, int world) {
+  const int64_t n = op.count;
+  const bool root = rank == op.root;
+  // expected(k) for output element k, or nothing to check on this rank.
+  std::function<double(int64_t)> expected;
+  int64_t out_count = 0;
+  switch (op.kind) {
+    case OpKind::kAllReduce:
+      out_count = n;
+      expected = [&](int64_t k) { return Reduced(op, world, k); };
+      break;
+    case OpKind::kReduce:
+      if (!root) return 0;
+      out_count = n;
+      expected = [&](int64_t k) { return Reduced(op, world, k); };
+      break;
+    case OpKind::kBroadcast:
+      out_count = n;
+      expected = [&](int64_t k) {
+        return PatternValue(op.reduce_op, op.root, k);
+      };
+      break;
+    case OpKind::kAllGather:
+      out_count = world * n;
+      expected = [&](int64_t k) {
+        return PatternValue(op.reduce_op, static_cast<int>(k / n), k % n);
+      };
+      break;
+    case OpKind::kReduceScatter:
+      out_count = n;
+      expected = [&](int64_t k) { return Reduced(op, world, rank * n + k); };
+      break;
+    case OpKind::kGather:
+      if (!root) return 0;
+      out_count = world * n;
+      expected = [&](int64_t k) {
+        return PatternValue(op.reduce_op, static_cast<int>(k / n), k % n);
+      };
+      break;
+    case OpKind::kScatter:
+      out_count = n;
+      expected = [&](int64_t k) {
+        return PatternValue(op.reduce_op, op.root, rank * n + k);
+      };
+      break;
+    case OpKind::kAllToAll:
+      out_count = world * n;
+      expected = [&](int64_t k) {
+        return PatternValue(op.reduce_op, static_cast<int>(k / n),
+                            rank * n + k % n);
+      };
+      break;
+    case OpKind::kRecv:
+      out_count = n;
+      expected = [&](int64_t k) {
+        return PatternValue(op.reduce_op, op.peer, k);
+      };
+      break;
+    default:
+      return 0;
+  }
+  int64_t wrong = 0;
+  for (int64_t k = 0; k < out_count; ++k) {
+    const double want = RoundTo(op.dtype, expected(k));
+    const double got = LoadElement(op.dtype, op.output, static_cast<size_t>(k));
+    if (!(std::fabs(got - want) <= Tolerance(op.dtype, want))) ++wrong;
+  }
+  return wrong;
+}
+
+// Runs warmup + iters instances of one op at one seq, back to back on the
+// executor thread, each waited for before the next starts so per-instance
+// times are meaningful.
+class BenchTask final : public ExecutorTask {
+ public:
+  BenchTask(int64_t id, OpSpec spec, Resolved resolved, int warmup, int iters,
+            bool check, TensorStore* store,
+            std::function<void(absl::StatusOr<BenchResult>)> done)
+      : id_(id),
+        spec_(std::move(spec)),
+        op_(resolved.op),
+        tensors_(std::move(resolved.tensors)),
+        warmup_(warmup),
+        iters_(iters),
+        check_(check),
+        store_(store),
+        done_(std::move(done)) {}
+
+  int64_t seq() const override { return spec_.seq; }
+  std::chrono::milliseconds timeout() const override { return op_.timeout; }
+  void Start() override { store_->WaitForHostAccess(tensors_); }
+
+  absl::StatusOr<std::unique_ptr<CommWork>> Launch(
+      Communicator& comm) override {
+    const Clock::time_point start = Clock::now();
+    double sum = 0;
+    for (int i = 0; i < warmup_ + iters_; ++i) {
+      const Clock::time_point t0 = Clock::now();
+      absl::Status status = RunOnce(comm);
+      if (!status.ok()) return status;
+      const double us =
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      if (i < warmup_) continue;
+      sum += us;
+      if (i == warmup_ || us < result_.min_us) result_.min_us = us;
+      if (i == warmup_ || us > result_.max_us) result_.max_us = us;
+    }
+    if (iters_ > 0) result_.avg_us = sum / iters_;
+    if (check_) {
+      PrepareCheck(op_, comm.rank(), comm.size());
+      absl::Status status = RunOnce(comm);
+      if (!status.ok()) return status;
+      result_.wrong = CountWrong(op_, comm.rank(), comm.size());
+    }
+    return std::make_unique<CompletedWork>(
+        absl::OkStatus(),
+        std::chrono::duration<double, std::micro>(Clock::now() - start)
+            .count());
+  }
+
+  void Complete(absl::Status status, double device_us) override {
+    store_->Release(tensors_, id_);
+    tensors_.clear();
+    if (!status.ok()) {
+      done_(absl::Status(status.code(),
+                         absl::StrCat("bench of ", DescribeOp(spec_), ": ",
+                                      std::string(status.message()))));
+    } else {
+      done_(result_);
+    }
+  }
+
+ private:
+  absl::Status RunOnce(Communicator& comm) {
+    auto handle = comm.Launch(op_);
+    if (!handle.ok()) return handle.status();
+    return (*handle)->Wait(op_.timeout);
+  }
+
+  const int64_t id_;
+  const OpSpec spec_;
+  const BoundOp op_;
+  std::vector<std::shared_ptr<Tensor>> tensors_;
+  const int warmup_;
+  const int iters_;
+  const bool check_;
+  TensorStore* const store_;
+  std::function<void(absl::StatusOr<BenchResult>)> done_;
+  BenchResult result_;
+};
+
+// ---------------------------------------------------------------------------
+
+class WorkerCoreImpl final : public WorkerCore {
+ public:
+  explicit WorkerCoreImpl(WorkerConfig config)
+      : config_(std::move(config)),
+        store_(config_.device, config_.tensor_quota_bytes) {}
+  ~WorkerCoreImpl() override { Shutdown(); }
+
+  absl::Status FormWorld(int rank, int world_size, int64_t generation,
+                         KvStore& store) override {
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " is not in a world of size ", world_size));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (shutdown_) {
+        return absl::FailedPreconditionError("the worker is shut down");
+      }
+    }
+    auto comm = GlooCommunicator::Create(
+        rank, world_size, config_.data_host,
+        absl::StrCat("gen", generation, "/", kWorldGroup), store,
+        config_.default_op_timeout);
+    if (!comm.ok()) return comm.status();
+    auto executor = std::make_shared<Executor>(
+        kWorldGroup, rank, std::shared_ptr<Communicator>(*std::move(comm)),
+        config_.seq_gap_timeout);
+    std::shared_ptr<Executor> old;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (shutdown_) {
+        executor->Stop(absl::AbortedError("the worker is shut down"));
+        return absl::FailedPreconditionError("the worker is shut down");
+      }
+      old = std::move(world_);
+      world_ = std::move(executor);
+      rank_ = rank;
+      world_size_ = world_size;
+      generation_ = generation;
+    }
+    if (old) {
+      old->Stop(absl::AbortedError(absl::StrCat(
+          "generation ", generation, " replaced the world before the op ran")));
+    }
+    return absl::OkStatus();
+  }
+
+  int rank() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return rank_;
+  }
+  int world_size() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return world_size_;
+  }
+  int64_t generation() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return generation_;
+  }
+  std::string backend() const override { return "gloo"; }
+  const WorkerConfig& config() const override { return config_; }
+
+  absl::StatusOr<TensorMeta> Alloc(const TensorMeta& spec,
+                                   const Fill& fill) override {
+    return store_.Alloc(spec, fill, rank());
+  }
+  absl::StatusOr<int64_t> Free(const std::string& name) override {
+    return store_.Free(name);
+  }
+  std::vector<TensorMeta> List() const override { return store_.List(); }
+  int64_t BytesInUse() const override { return store_.BytesInUse(); }
+  absl::StatusOr<TensorMeta> Write(const std::string& name,
+                                   int64_t offset_bytes,
+                                   std::span<const std::byte> data) override {
+    return store_.Write(name, offset_bytes, data);
+  }
+  absl::Status Read(
+      const std::string& name, int64_t offset, int64_t count,
+      int64_t chunk_bytes,
+      const std::function<bool(int64_t, std::span<const std::byte>)>& sink)
+      override {
+    return store_.Read(name, offset, count, chunk_bytes, sink);
+  }
+  absl::StatusOr<TensorSummary> Summarize(const std::string& name,
+                                          int64_t head) override {
+    return store_.Summarize(name, head);
+  }
+
+  absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) override {
+    std::shared_ptr<Executor> executor;
+    OpSpec normalized = spec;
+    CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
+    auto resolved = Resolve(normalized, *executor);
+    if (!resolved.ok()) return resolved.status();
+    const int64_t id = next_work_id_.fetch_add(1);
+    auto work = std::make_shared<OpWork>(id, normalized, resolved->op,
+                                         resolved->tensors, &store_);
+    if (absl::Status s = store_.Hold(resolved->tensors, id, work->Describe());
+        !s.ok()) {
+      return s;
+    }
+    work->MarkHeld();
+    if (absl::Status s = executor->Enqueue(work); !s.ok()) {
+      store_.Release(resolved->tensors, id);
+      return s;
+    }
+    Remember(work);
+    return std::shared_ptr<Work>(work);
+  }
+
+  std::shared_ptr<Work> FindWork(int64_t id) override {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    auto it = works_.find(id);
+    return it == works_.end() ? nullptr : it->second;
+  }
+
+  void ForgetWork(int64_t id) override {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    works_.erase(id);
+  }
+
+  absl::Status Bench(
+      const OpSpec& spec, int warmup, int iters, bool check,
+      std::function<void(absl::StatusOr<BenchResult>)> done) override {
+    if (warmup < 0 || iters < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bench needs warmup >= 0 and iters >= 0, got ", warmup,
+                       " and ", iters));
+    }
+    std::shared_ptr<Executor> executor;
+    OpSpec normalized = spec;
+    CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
+    auto resolved = Resolve(normalized, *executor);
+    if (!resolved.ok()) return resolved.status();
+    const int64_t id = next_work_id_.fetch_add(1);
+    std::vector<std::shared_ptr<Tensor>> tensors = resolved->tensors;
+    if (absl::Status s = store_.Hold(
+            tensors, id, absl::StrCat("bench of ", DescribeOp(normalized)));
+        !s.ok()) {
+      return s;
+    }
+    auto task = std::make_shared<BenchTask>(id, normalized,
+                                            *std::move(resolved), warmup, iters,
+                                            check, &store_, std::move(done));
+    if (absl::Status s = executor->Enqueue(task); !s.ok()) {
+      store_.Release(tensors, id);
+      return s;
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<GroupInfo> Groups() const override {
+    std::shared_ptr<Executor> world;
+    int rank = 0;
+    int size = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      world = world_;
+      rank = rank_;
+      size = world_size_;
+    }
+    std::vector<GroupInfo> groups;
+    if (!world) return groups;
+    GroupInfo info;
+    info.name = world->group();
+    info.ranks.resize(static_cast<size_t>(size));
+    std::iota(info.ranks.begin(), info.ranks.end(), 0);
+    info.group_rank = rank;
+    info.next_seq = world->next_seq();
+    info.backend = world->communicator().name();
+    info.state = world->state();
+    groups.push_back(std::move(info));
+    return groups;
+  }
+
+  void Shutdown() override {
+    std::shared_ptr<Executor> world;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+      world = std::move(world_);
+    }
+    if (world) {
+      world->Stop(
+          absl::CancelledError("the worker shut down before the op ran"));
+    }
+    store_.Clear();
+  }
+
+ private:
+  // Normalizes the group name and checks the generation.
+  absl::StatusOr<std::shared_ptr<Executor>> FindGroup(OpSpec& spec) const {
+    if (spec.group.empty()) spec.group = kWorldGroup;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutdown_) {
+      return absl::FailedPreconditionError("the worker is shut down");
+    }
+    if (!world_) {
+      return absl::FailedPreconditionError(
+          "this worker has no world yet; ops can run once it has joined a "
+          "generation");
+    }
+    if (spec.generation != 0 && spec.generation != generation_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("op is for generation ", spec.generation,
+                       " but this worker is in ", "generation ", generation_));
+    }
+    if (spec.group != kWorldGroup) {
+      return absl::NotFoundError(absl::StrCat("no group named '", spec.group,
+                                              "' on rank ", rank_,
+                                              "; known groups: world"));
+    }
+    return world_;
+  }
+
+  absl::StatusOr<Resolved> Resolve(const OpSpec& spec, Executor& executor) {
+    Communicator& comm = executor.communicator();
+    const int rank = comm.rank();
+    const int world = comm.size();
+    const std::string op_name = Name(spec.kind);
+    const std::string what = DescribeOp(spec);
+    auto fail = [&](const std::string& message) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
+    };
+    if (spec.seq < 0) return fail("seq must be >= 0");
+    switch (spec.kind) {
+      case OpKind::kAllReduce:
+      case OpKind::kBroadcast:
+      case OpKind::kReduce:
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kGather:
+      case OpKind::kScatter:
+      case OpKind::kAllToAll:
+      case OpKind::kBarrier:
+      case OpKind::kSend:
+      case OpKind::kRecv:
+      case OpKind::kNop:
+        break;
+      default:
+        return fail("unknown op kind");
+    }
+    if (HasRoot(spec.kind) && (spec.root < 0 || spec.root >= world)) {
+      return fail(absl::StrCat("root ", spec.root, " is not a rank of a world ",
+                               "of size ", world));
+    }
+    if (spec.kind == OpKind::kSend || spec.kind == OpKind::kRecv) {
+      if (spec.peer < 0 || spec.peer >= world) {
+        return fail(absl::StrCat("peer ", spec.peer, " is not a rank of a ",
+                                 "world of size ", world));
+      }
+      if (spec.peer == rank) {
+        return fail(absl::StrCat("peer ", spec.peer,
+                                 " is this rank; send/recv need another rank"));
+      }
+    }
+    if (spec.timeout.count() < 0) return fail("timeout must be >= 0");
+
+    Resolved out;
+    BoundOp& op = out.op;
+    op.kind = spec.kind;
+    op.root = spec.root;
+    op.peer = spec.peer;
+    op.reduce_op = spec.reduce_op;
+    op.premul_scale = spec.premul_scale;
+    op.seq = spec.seq;
+    op.timeout =
+        spec.timeout.count() > 0 ? spec.timeout : config_.default_op_timeout;
+    if (spec.kind == OpKind::kBarrier || spec.kind == OpKind::kNop) return out;
+
+    auto lookup =
+        [&](const std::string& name,
+            const char* role) -> absl::StatusOr<std::shared_ptr<Tensor>> {
+      if (name.empty()) {
+        return fail(absl::StrCat(op_name, " needs ", role, " tensor"));
+      }
+      auto tensor = store_.Lookup(name);
+      if (!tensor.ok()) {
+        return absl::NotFoundError(absl::StrCat(what, ": no tensor named '",
+                                                name, "' (", role, ") on rank ",
+                                                rank));
+      }
+      return tensor;
+    };
+    // A tensor a rank does not use may be left out (gather's output and
+    // scatter's input off the root).
+    auto optional = [&](const std::string& name) -> std::shared_ptr<Tensor> {
+      if (name.empty()) return nullptr;
+      auto tensor = store_.Lookup(name);
+      return tensor.ok() ? *tensor : nullptr;
+    };
+    auto same_dtype = [&](const Tensor& a, const Tensor& b) -> absl::Status {
+      if (a.dtype() == b.dtype()) return absl::OkStatus();
+      return fail(absl::StrCat("input '", a.name(), "' is ",
+                               std::string(DTypeName(a.dtype())),
+                               " but output '", b.name(), "' is ",
+                               std::string(DTypeName(b.dtype()))));
+    };
+    auto divisible = [&](const Tensor& t) -> absl::Status {
+      if (t.numel() % world == 0) return absl::OkStatus();
+      return fail(absl::StrCat("tensor '", t.name(), "' has ", t.numel(),
+                               " elements, not a multiple of the world size ",
+                               world));
+    };
+    auto at = [](const Tensor& t, int64_t elements) {
+      return t.data() + elements * static_cast<int64_t>(DTypeSize(t.dtype()));
+    };
+
+    const bool in_place = spec.output.empty() || spec.output == spec.input;
+    const bool root = rank == spec.root;
+    std::shared_ptr<Tensor> in;
+    std::shared_ptr<Tensor> outp;
+
+    switch (spec.kind) {
+      case OpKind::kAllReduce:
+      case OpKind::kBroadcast:
+      case OpKind::kReduce:
+      case OpKind::kAllToAll: {
+        CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
+        outp = in;
+        if (!in_place) {
+          CCL_ASSIGN_OR_RETURN(outp, lookup(spec.output, "an output"));
+          CCL_RETURN_IF_ERROR(same_dtype(*in, *outp));
+          if (outp->numel() != in->numel()) {
+            return fail(absl::StrCat("input '", in->name(), "' has ",
+                                     in->numel(), " elements but output '",
+                                     outp->name(), "' has ", outp->numel()));
+          }
+        }
+        op.count = in->numel();
+        if (spec.kind == OpKind::kAllToAll) {
+          CCL_RETURN_IF_ERROR(divisible(*in));
+          op.count = in->numel() / world;
+        }
+        op.input = in->data();
+        op.output = outp->data();
+        break;
+      }
+      case OpKind::kAllGather:
+      case OpKind::kGather: {
+        const bool gather = spec.kind == OpKind::kGather;
+        CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
+        if (in_place) {
+          CCL_RETURN_IF_ERROR(divisible(*in));
+          op.count = in->numel() / world;
+          op.input = at(*in, rank * op.count);
+          op.output = (!gather || root) ? in->data() : nullptr;
+          break;
+        }
+        op.count = in->numel();
+        op.input = in->data();
+        if (gather && !root) {
+          outp = optional(spec.output);
+        } else {
+          CCL_ASSIGN_OR_RETURN(outp, lookup(spec.output, "an output"));
+        }
+        if (outp) {
+          CCL_RETURN_IF_ERROR(same_dtype(*in, *outp));
+          if (outp->numel() != world * in->numel()) {
+            return fail(absl::StrCat(
+                "output '", outp->name(), "' has ", outp->numel(),
+                " elements but needs world size ", world, " x input '",
+                in->name(), "' (", in->numel(), ") = ", world * in->numel()));
+          }
+          if (!gather || root) op.output = outp->data();
+        }
+        break;
+      }
+      case OpKind::kReduceScatter:
+      case OpKind::kScatter: {
+        const bool scatter = spec.kind == OpKind::kScatter;
+        if (in_place) {
+          CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
+          CCL_RETURN_IF_ERROR(divisible(*in));
+          op.count = in->numel() / world;
+          op.input = (!scatter || root) ? in->data() : nullptr;
+          op.output = at(*in, rank * op.count);
+          break;
+        }
+        CCL_ASSIGN_OR_RETURN(outp, lookup(spec.output, "an output"));
+        op.count = outp->numel();
+        op.output = outp->data();
+        if (scatter && !root) {
+          in = optional(spec.input);
+        } else {
+          CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
+        }
+        if (in) {
+          CCL_RETURN_IF_ERROR(same_dtype(*in, *outp));
+          if (in->numel() != world * outp->numel()) {
+            return fail(
+                absl::StrCat("input '", in->name(), "' has ", in->numel(),
+                             " elements but needs world size ", world,
+                             " x output '", outp->name(), "' (", outp->numel(),
+                             ") = ", world * outp->numel()));
+          }
+          if (!scatter || root) op.input = in->data();
+        }
+        break;
+      }
+      case OpKind::kSend: {
+        CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
+        op.count = in->numel();
+        op.input = in->data();
+        break;
+      }
+      case OpKind::kRecv: {
+        const std::string& target =
+            spec.output.empty() ? spec.input : spec.output;
+        CCL_ASSIGN_OR_RETURN(outp, lookup(target, "a destination"));
+        op.count = outp->numel();
+        op.output = outp->data();
+        break;
+      }
+      default:
+        break;
+    }
+    const Tensor& typed = in ? *in : *outp;
+    op.dtype = typed.dtype();
+    CCL_RETURN_IF_ERROR(comm.Supports(op.kind, op.dtype, op.reduce_op));
+    if (in) out.tensors.push_back(in);
+    if (outp && outp != in) out.tensors.push_back(outp);
+    return out;
+  }
+
+  void Remember(const std::shared_ptr<Work>& work) {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    works_.emplace(work->id(), work);
+    for (auto it = works_.begin();
+         works_.size() > kMaxRememberedWorks && it != works_.end();) {
+      const WorkState state = it->second->state();
+      if (state == WorkState::kCompleted || state == WorkState::kFailed) {
+        it = works_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  const WorkerConfig config_;
+  TensorStore store_;
+
+  mutable std::mutex mutex_;
+  bool shutdown_ = false;
+  int rank_ = 0;
+  int world_size_ = 0;
+  int64_t generation_ = 0;
+  std::shared_ptr<Executor> world_;
+
+  std::atomic<int64_t> next_work_id_{1};
+  std::mutex works_mutex_;
+  std::map<int64_t, std::shared_ptr<Work>> works_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerCore>> WorkerCore::Create(
+    WorkerConfig config) {
+  if (config.device.kind != DeviceKind::kCpu) {
+    return absl::UnimplementedError(absl::StrCat(
+        "device ", DeviceName(config.device),
+        ": this worker core has only the Gloo (cpu) backend so far; start "
+        "it with device cpu"));
+  }
+  if (config.tensor_quota_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor quota must be >= 0, got ", config.tensor_quota_bytes));
+  }
+  if (config.default_op_timeout.count() <= 0 ||
+      config.seq_gap_timeout.count() <= 0) {
+    return absl::InvalidArgumentError(
+        "default op timeout and seq gap timeout must be positive");
+  }
+  return std::unique_ptr<WorkerCore>(new WorkerCoreImpl(std::move(config)));
+}
+
+}  // namespace ccl

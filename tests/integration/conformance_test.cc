@@ -1,0 +1,439 @@
+// The conformance suite: every collective, reduce op and dtype, in place and
+// out of place, sync and async, point to point, against real ccworker
+// processes and a real cccoord on loopback. The same source runs on Gloo
+// (CPU, label integration) and on NCCL (CUDA, label gpu): the backend follows
+// the device the workers are started with.
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/element.h"
+#include "common/proto_convert.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+
+#ifndef CCL_CONFORMANCE_DEVICE
+#define CCL_CONFORMANCE_DEVICE "cpu"
+#endif
+
+namespace ccl {
+namespace {
+
+using testing::LocalCluster;
+
+struct Case {
+  v1::OpKind kind;
+  ReduceOp reduce = ReduceOp::kSum;
+  DType dtype = DType::kFloat32;
+  int64_t n = 1;  // elements per rank chunk
+  bool in_place = false;
+  bool async = false;
+  int root = 0;
+  std::string Name() const {
+    return absl::StrCat(v1::OpKind_Name(kind), " ", ReduceOpName(reduce), " ",
+                        DTypeName(dtype), " n=", n, in_place ? " in-place" : "",
+                        async ? " async" : "", " root=", root);
+  }
+};
+
+bool IsReduction(v1::OpKind kind) {
+  return kind == v1::OP_KIND_ALL_REDUCE || kind == v1::OP_KIND_REDUCE ||
+         kind == v1::OP_KIND_REDUCE_SCATTER;
+}
+
+// Small integers, exact in every dtype and whose sums and products over four
+// ranks stay exact too.
+double Value(const Case& c, int rank, int64_t j) {
+  if (c.reduce == ReduceOp::kProd) return 1 + (j + rank) % 2;
+  const int64_t base = (j * 7 + rank * 3) % 11;
+  return c.dtype == DType::kUInt8 ? base : base - 5;
+}
+
+double Reduce(const Case& c, const std::vector<double>& values) {
+  double out = c.reduce == ReduceOp::kProd ? 1 : 0;
+  if (c.reduce == ReduceOp::kMin || c.reduce == ReduceOp::kMax) out = values[0];
+  for (double v : values) {
+    switch (c.reduce) {
+      case ReduceOp::kSum: case ReduceOp::kAvg: out += v; break;
+      case ReduceOp::kPremulSum: out += 2 * v; break;
+      case ReduceOp::kProd: out *= v; break;
+      case ReduceOp::kMin: out = std::min(out, v); break;
+      case ReduceOp::kMax: out = std::max(out, v); break;
+    }
+  }
+  if (c.reduce == ReduceOp::kAvg) {
+    out /= static_cast<double>(values.size());
+    if (!IsFloatingPoint(c.dtype)) out = std::trunc(out);
+  }
+  return out;
+}
+
+double Tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return 2e-3;
+    case DType::kBFloat16: return 1e-2;
+    case DType::kFloat32: return 1e-6;
+    case DType::kFloat64: return 1e-12;
+    default: return 0;
+  }
+}
+
+std::string Encode(DType dtype, const std::vector<double>& values) {
+  std::string bytes(values.size() * DTypeSize(dtype), '\0');
+  for (size_t i = 0; i < values.size(); ++i) StoreElement(dtype, bytes.data(), i, values[i]);
+  return bytes;
+}
+
+std::vector<double> Decode(DType dtype, const std::string& bytes) {
+  std::vector<double> values(bytes.size() / DTypeSize(dtype));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = LoadElement(dtype, bytes.data(), i);
+  return values;
+}
+
+class ConformanceTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    testing::LocalClusterOptions options;
+    options.workers = GetParam();
+    options.device = CCL_CONFORMANCE_DEVICE;
+    options.worker_args = {"--op-timeout-ms", "20000"};
+    auto cluster = LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    auto client = cluster_->Client();
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    world_ = GetParam();
+  }
+
+  v1::Device WorkerDevice(int rank) {
+    auto info = client_->Info(rank);
+    return info.ok() ? info->device() : v1::Device();
+  }
+
+  void Alloc(int rank, const std::string& name, DType dtype, int64_t numel) {
+    v1::AllocTensorRequest request;
+    request.mutable_spec()->set_name(name);
+    request.mutable_spec()->set_dtype(ToProto(dtype));
+    request.mutable_spec()->add_shape(numel);
+    *request.mutable_spec()->mutable_device() = WorkerDevice(rank);
+    auto info = client_->Alloc(rank, request);
+    ASSERT_TRUE(info.ok()) << "rank " << rank << ": " << info.status();
+  }
+
+  void Write(int rank, const std::string& name, DType dtype,
+             const std::vector<double>& values) {
+    auto info = client_->Write(rank, name, 0, Encode(dtype, values));
+    ASSERT_TRUE(info.ok()) << "rank " << rank << ": " << info.status();
+  }
+
+  std::vector<double> Read(int rank, const std::string& name, DType dtype) {
+    auto bytes = client_->Read(rank, name, 0, 0);
+    EXPECT_TRUE(bytes.ok()) << "rank " << rank << ": " << bytes.status();
+    return bytes.ok() ? Decode(dtype, *bytes) : std::vector<double>();
+  }
+
+  void FreeAll(const std::vector<std::string>& names) {
+    for (const auto& name : names) {
+      for (int r = 0; r < world_; ++r) (void)client_->Free(r, name);
+    }
+  }
+
+  // Submits `op` on every rank (waiting for async ones) and expects success.
+  void RunEverywhere(v1::OpRequest op, bool async) {
+    op.set_async(async);
+    auto results = client_->Collective(op);
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.result.ok()) << "rank " << r.rank << ": " << r.result.status();
+      if (async) {
+        auto waited = client_->Wait(r.rank, r.result->work_id(), std::chrono::seconds(30));
+        ASSERT_TRUE(waited.ok()) << "rank " << r.rank << ": " << waited.status();
+        EXPECT_EQ(waited->state(), v1::WORK_STATE_COMPLETED);
+      }
+    }
+  }
+
+  void Check(const Case& c);
+
+  std::unique_ptr<LocalCluster> cluster_;
+  std::unique_ptr<ClusterClient> client_;
+  int world_ = 0;
+};
+
+void ConformanceTest::Check(const Case& c) {
+  SCOPED_TRACE(c.Name());
+  const int w = world_;
+  const int64_t n = c.n;
+  // Element counts of the input and output buffers of one rank.
+  int64_t in_len = n, out_len = n;
+  switch (c.kind) {
+    case v1::OP_KIND_ALL_GATHER: case v1::OP_KIND_GATHER: out_len = w * n; break;
+    case v1::OP_KIND_REDUCE_SCATTER: case v1::OP_KIND_SCATTER: in_len = w * n; break;
+    case v1::OP_KIND_ALL_TO_ALL: in_len = out_len = w * n; break;
+    default: break;
+  }
+  // In place, the large buffer is the only one (nccl-tests' convention).
+  const int64_t buffer_len = std::max(in_len, out_len);
+  const std::string in = "conf.in", out = "conf.out";
+  std::vector<std::vector<double>> inputs(w);
+  for (int r = 0; r < w; ++r) {
+    const int64_t len = c.in_place ? buffer_len : in_len;
+    for (int64_t j = 0; j < len; ++j) inputs[r].push_back(Value(c, r, j));
+    Alloc(r, in, c.dtype, len);
+    Write(r, in, c.dtype, inputs[r]);
+    if (!c.in_place) Alloc(r, out, c.dtype, out_len);
+  }
+  // What rank r contributes at element i of its chunk.
+  auto contribution = [&](int r, int64_t i) {
+    const bool grows = out_len > in_len;
+    return inputs[r][(c.in_place && grows ? r * n : 0) + i];
+  };
+
+  v1::OpRequest op;
+  op.set_kind(c.kind);
+  op.set_reduce_op(ToProto(c.reduce));
+  op.set_premul_scale(2.0);
+  op.set_root(c.root);
+  op.set_input(in);
+  if (!c.in_place) op.set_output(out);
+  RunEverywhere(op, c.async);
+  if (::testing::Test::HasFatalFailure()) {
+    FreeAll({in, out});
+    return;
+  }
+
+  const std::string result_name = c.in_place ? in : out;
+  const double tolerance = Tolerance(c.dtype);
+  for (int q = 0; q < w; ++q) {
+    if ((c.kind == v1::OP_KIND_REDUCE || c.kind == v1::OP_KIND_GATHER) && q != c.root) {
+      continue;  // undefined off the root, as in torch
+    }
+    const std::vector<double> got = Read(q, result_name, c.dtype);
+    std::vector<double> expected;
+    // Where the result starts in the buffer that holds it.
+    int64_t offset = 0;
+    switch (c.kind) {
+      case v1::OP_KIND_ALL_REDUCE: case v1::OP_KIND_REDUCE:
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<double> column;
+          for (int r = 0; r < w; ++r) column.push_back(inputs[r][i]);
+          expected.push_back(Reduce(c, column));
+        }
+        break;
+      case v1::OP_KIND_BROADCAST:
+        for (int64_t i = 0; i < n; ++i) expected.push_back(inputs[c.root][i]);
+        break;
+      case v1::OP_KIND_ALL_GATHER: case v1::OP_KIND_GATHER:
+        for (int r = 0; r < w; ++r) {
+          for (int64_t i = 0; i < n; ++i) expected.push_back(contribution(r, i));
+        }
+        break;
+      case v1::OP_KIND_REDUCE_SCATTER:
+        offset = c.in_place ? q * n : 0;
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<double> column;
+          for (int r = 0; r < w; ++r) column.push_back(inputs[r][q * n + i]);
+          expected.push_back(Reduce(c, column));
+        }
+        break;
+      case v1::OP_KIND_SCATTER:
+        offset = c.in_place ? q * n : 0;
+        for (int64_t i = 0; i < n; ++i) expected.push_back(inputs[c.root][q * n + i]);
+        break;
+      case v1::OP_KIND_ALL_TO_ALL:
+        for (int r = 0; r < w; ++r) {
+          for (int64_t i = 0; i < n; ++i) expected.push_back(inputs[r][q * n + i]);
+        }
+        break;
+      default:
+        break;
+    }
+    ASSERT_GE(static_cast<int64_t>(got.size()), offset + static_cast<int64_t>(expected.size()))
+        << "rank " << q;
+    int64_t wrong = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const double want = LoadElement(c.dtype, Encode(c.dtype, {expected[i]}).data(), 0);
+      const double have = got[offset + i];
+      if (std::fabs(have - want) > tolerance * std::max(1.0, std::fabs(want))) {
+        if (wrong++ < 5) {
+          ADD_FAILURE() << "rank " << q << " element " << i << ": got " << have
+                        << ", expected " << want;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "rank " << q;
+  }
+  FreeAll({in, out});
+}
+
+TEST_P(ConformanceTest, ReductionsEveryOpAndDtype) {
+  const std::vector<DType> dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                     DType::kInt32,   DType::kInt64,   DType::kInt8,
+                                     DType::kUInt8};
+  const std::vector<ReduceOp> reduces = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin,
+                                         ReduceOp::kMax, ReduceOp::kAvg,
+                                         ReduceOp::kPremulSum};
+  int variant = 0;
+  for (v1::OpKind kind : {v1::OP_KIND_ALL_REDUCE, v1::OP_KIND_REDUCE,
+                          v1::OP_KIND_REDUCE_SCATTER}) {
+    for (ReduceOp reduce : reduces) {
+      for (DType dtype : dtypes) {
+        ++variant;
+        Case c{kind, reduce, dtype};
+        c.n = variant % 3 == 0 ? 1 : (variant % 3 == 1 ? 7 : 1023);
+        c.in_place = variant % 2 == 0;
+        c.async = variant % 5 == 0;
+        c.root = variant % world_;
+        Check(c);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_P(ConformanceTest, DataMovementEveryOpAndDtype) {
+  const std::vector<DType> dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                                     DType::kInt64,   DType::kUInt8,   DType::kFp8E4M3};
+  int variant = 0;
+  for (v1::OpKind kind : {v1::OP_KIND_BROADCAST, v1::OP_KIND_ALL_GATHER,
+                          v1::OP_KIND_GATHER, v1::OP_KIND_SCATTER,
+                          v1::OP_KIND_ALL_TO_ALL}) {
+    for (DType dtype : dtypes) {
+      for (int64_t n : {1, 7, 65537}) {
+        for (bool in_place : {false, true}) {
+          if (in_place && kind == v1::OP_KIND_ALL_TO_ALL) continue;
+          ++variant;
+          if (n == 65537 && dtype != DType::kFloat32) continue;
+          Case c{kind, ReduceOp::kSum, dtype, n, in_place, variant % 4 == 0,
+                 variant % world_};
+          Check(c);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ConformanceTest, LargeAllReduceAndBroadcast) {
+  // 64 MiB of float32 per rank.
+  const int64_t n = 16 << 20;
+  Check(Case{v1::OP_KIND_ALL_REDUCE, ReduceOp::kSum, DType::kFloat32, n, false});
+  Check(Case{v1::OP_KIND_BROADCAST, ReduceOp::kSum, DType::kFloat32, n, true, true,
+             world_ - 1});
+}
+
+TEST_P(ConformanceTest, SendRecvBothDirectionsAndRing) {
+  const std::string t = "p2p.t";
+  for (int r = 0; r < world_; ++r) Alloc(r, t, DType::kFloat32, 3);
+  auto send = [&](int from, int to, bool async) {
+    v1::OpRequest s, rv;
+    s.set_kind(v1::OP_KIND_SEND);
+    s.set_input(t);
+    s.set_peer(to);
+    s.set_async(async);
+    rv.set_kind(v1::OP_KIND_RECV);
+    rv.set_input(t);
+    rv.set_peer(from);
+    rv.set_async(async);
+    auto results = client_->PointToPoint({{from, s}, {to, rv}});
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.result.ok()) << "rank " << r.rank << ": " << r.result.status();
+      if (async && (r.rank == from || r.rank == to)) {
+        auto waited = client_->Wait(r.rank, r.result->work_id(), std::chrono::seconds(30));
+        ASSERT_TRUE(waited.ok()) << waited.status();
+      }
+    }
+  };
+  // Rank 0 -> 1 (sync), then 1 -> 0 (async), as in the tutorial.
+  Write(0, t, DType::kFloat32, {1, 2, 3});
+  send(0, 1, false);
+  EXPECT_EQ(Read(1, t, DType::kFloat32), (std::vector<double>{1, 2, 3}));
+  Write(1, t, DType::kFloat32, {4, 5, 6});
+  send(1, 0, true);
+  EXPECT_EQ(Read(0, t, DType::kFloat32), (std::vector<double>{4, 5, 6}));
+  // A token passed around the ring reaches every rank.
+  Write(0, t, DType::kFloat32, {7, 8, 9});
+  for (int r = 0; r < world_; ++r) {
+    send(r, (r + 1) % world_, r % 2 == 1);
+  }
+  for (int r = 0; r < world_; ++r) {
+    EXPECT_EQ(Read(r, t, DType::kFloat32), (std::vector<double>{7, 8, 9})) << r;
+  }
+  FreeAll({t});
+}
+
+TEST_P(ConformanceTest, BarrierAndValidationErrors) {
+  v1::OpRequest barrier;
+  barrier.set_kind(v1::OP_KIND_BARRIER);
+  RunEverywhere(barrier, false);
+
+  // A missing tensor and a bad root are refused before launch, on every rank.
+  v1::OpRequest bad;
+  bad.set_kind(v1::OP_KIND_ALL_REDUCE);
+  bad.set_input("no.such.tensor");
+  for (const auto& r : client_->Collective(bad)) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kNotFound) << r.rank;
+  }
+  for (int r = 0; r < world_; ++r) Alloc(r, "v.t", DType::kFloat32, 4);
+  bad.set_kind(v1::OP_KIND_BROADCAST);
+  bad.set_input("v.t");
+  bad.set_root(world_);
+  for (const auto& r : client_->Collective(bad)) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument) << r.rank;
+  }
+  // The cluster still serves the next op.
+  RunEverywhere(barrier, false);
+  FreeAll({"v.t"});
+}
+
+TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
+  constexpr int kIterations = 100;
+  auto run_client = [&](int id) {
+    auto client = cluster_->Client();
+    ASSERT_TRUE(client.ok()) << client.status();
+    const std::string in = absl::StrCat("cc.in.", id), out = absl::StrCat("cc.out.", id);
+    for (int r = 0; r < world_; ++r) {
+      v1::AllocTensorRequest request;
+      request.mutable_spec()->set_name(in);
+      request.mutable_spec()->set_dtype(v1::DTYPE_INT64);
+      request.mutable_spec()->add_shape(2);
+      *request.mutable_spec()->mutable_device() = WorkerDevice(r);
+      ASSERT_TRUE((*client)->Alloc(r, request).ok());
+      request.mutable_spec()->set_name(out);
+      ASSERT_TRUE((*client)->Alloc(r, request).ok());
+    }
+    for (int k = 0; k < kIterations; ++k) {
+      for (int r = 0; r < world_; ++r) {
+        ASSERT_TRUE((*client)->Write(r, in, 0, Encode(DType::kInt64, {double(k + r), double(id)})).ok());
+      }
+      v1::OpRequest op;
+      op.set_kind(v1::OP_KIND_ALL_REDUCE);
+      op.set_reduce_op(v1::REDUCE_OP_SUM);
+      op.set_input(in);
+      op.set_output(out);
+      for (const auto& r : (*client)->Collective(op)) {
+        ASSERT_TRUE(r.result.ok()) << r.result.status();
+      }
+      const double want = world_ * k + world_ * (world_ - 1) / 2;
+      for (int r = 0; r < world_; ++r) {
+        auto bytes = (*client)->Read(r, out, 0, 0);
+        ASSERT_TRUE(bytes.ok());
+        ASSERT_EQ(Decode(DType::kInt64, *bytes), (std::vector<double>{want, double(world_ * id)}))
+            << "client " << id << " iteration " << k << " rank " << r;
+      }
+    }
+  };
+  std::thread a(run_client, 1), b(run_client, 2);
+  a.join();
+  b.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ConformanceTest, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return absl::StrCat("world", info.param); });
+
+}  // namespace
+}  // namespace ccl

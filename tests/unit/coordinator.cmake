@@ -1,0 +1,7 @@
+add_executable(coordinator_core_test
+  ${CMAKE_CURRENT_LIST_DIR}/coordinator_core_test.cc)
+target_link_libraries(coordinator_core_test PRIVATE ccl_coordinator_core
+  GTest::gtest_main)
+ccl_target_defaults(coordinator_core_test)
+add_test(NAME coordinator_core_test COMMAND coordinator_core_test)
+set_tests_properties(coordinator_core_test PROPERTIES LABELS unit TIMEOUT 60)
