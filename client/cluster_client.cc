@@ -119,7 +119,8 @@ absl::StatusOr<int64_t> ClusterClient::Free(int rank, const std::string& name) {
 absl::StatusOr<v1::ListTensorsResponse> ClusterClient::List(int rank) {
   auto context = Context();
   return Unary<v1::ListTensorsResponse>([&](auto* out) {
-    return Worker(rank).ListTensors(context.get(), v1::ListTensorsRequest(), out);
+    return Worker(rank).ListTensors(context.get(), v1::ListTensorsRequest(),
+                                    out);
   });
 }
 
@@ -150,7 +151,8 @@ absl::StatusOr<v1::TensorInfo> ClusterClient::Write(int rank,
     const size_t n = std::min(kChunk, bytes.size() - done);
     chunk.set_data(bytes.substr(done, n));
     done += n;
-    if (!writer->Write(chunk)) break;  // the server ended the stream: see Finish
+    if (!writer->Write(chunk))
+      break;  // the server ended the stream: see Finish
   } while (done < bytes.size());
   writer->WritesDone();
   absl::Status status = FromGrpcStatus(writer->Finish());
@@ -158,7 +160,8 @@ absl::StatusOr<v1::TensorInfo> ClusterClient::Write(int rank,
   return info;
 }
 
-absl::StatusOr<std::string> ClusterClient::Read(int rank, const std::string& name,
+absl::StatusOr<std::string> ClusterClient::Read(int rank,
+                                                const std::string& name,
                                                 int64_t offset, int64_t count) {
   auto context = Context();
   v1::ReadTensorRequest request;
@@ -189,7 +192,8 @@ std::vector<RankResult<v1::OpResponse>> ClusterClient::SubmitAll(
   }
   return FanOut<v1::OpResponse>(ranks, [&](int rank) {
     const v1::OpRequest& op = *by_rank[rank];
-    auto context = Context(std::chrono::milliseconds(op.timeout_ms()) + kRpcMargin);
+    auto context =
+        Context(std::chrono::milliseconds(op.timeout_ms()) + kRpcMargin);
     return Unary<v1::OpResponse>([&](v1::OpResponse* response) {
       return Worker(rank).Submit(context.get(), op, response);
     });
@@ -233,7 +237,8 @@ std::vector<RankResult<v1::OpResponse>> ClusterClient::PointToPoint(
   }
   if (!seq.ok()) {
     std::vector<RankResult<v1::OpResponse>> failed;
-    for (const auto& [rank, op] : per_rank) failed.push_back({rank, seq.status()});
+    for (const auto& [rank, op] : per_rank)
+      failed.push_back({rank, seq.status()});
     return failed;
   }
   return SubmitAll(per_rank);

@@ -65,7 +65,8 @@ class ClusterClient {
   }
 
   absl::StatusOr<v1::WorkerInfo> Info(int rank);
-  absl::StatusOr<v1::TensorInfo> Alloc(int rank, const v1::AllocTensorRequest& request);
+  absl::StatusOr<v1::TensorInfo> Alloc(int rank,
+                                       const v1::AllocTensorRequest& request);
   absl::StatusOr<int64_t> Free(int rank, const std::string& name);
   absl::StatusOr<v1::ListTensorsResponse> List(int rank);
   absl::StatusOr<v1::TensorSummary> Summarize(int rank, const std::string& name,
@@ -97,7 +98,8 @@ class ClusterClient {
       const std::function<v1::BenchRequest(int rank)>& for_rank);
 
  private:
-  ClusterClient(ClientOptions options, std::unique_ptr<CoordinatorClient> coordinator,
+  ClusterClient(ClientOptions options,
+                std::unique_ptr<CoordinatorClient> coordinator,
                 v1::World world);
   std::vector<RankResult<v1::OpResponse>> SubmitAll(
       const std::vector<std::pair<int, v1::OpRequest>>& per_rank);

@@ -22,7 +22,8 @@ std::unique_ptr<CoordinatorClient> CoordinatorClient::Connect(
 std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(
     std::chrono::milliseconds extra) const {
   auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() + rpc_timeout_ + extra);
+  context->set_deadline(std::chrono::system_clock::now() + rpc_timeout_ +
+                        extra);
   return context;
 }
 
@@ -46,7 +47,8 @@ absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
   return response;
 }
 
-absl::Status CoordinatorClient::Deregister(const v1::DeregisterRequest& request) {
+absl::Status CoordinatorClient::Deregister(
+    const v1::DeregisterRequest& request) {
   v1::DeregisterResponse response;
   auto context = Context();
   return FromGrpcStatus(stub_->Deregister(context.get(), request, &response));
@@ -61,7 +63,8 @@ absl::StatusOr<v1::World> CoordinatorClient::GetWorld() {
   return world;
 }
 
-absl::Status CoordinatorClient::KvSet(int64_t generation, const std::string& key,
+absl::Status CoordinatorClient::KvSet(int64_t generation,
+                                      const std::string& key,
                                       const std::string& value) {
   v1::KvSetRequest request;
   request.set_generation(generation);

@@ -52,8 +52,8 @@ struct SmallFloat {
     int rounded_exp = std::ilogb(rounded);
     if (rounded_exp < min_normal_exp) {
       // Subnormal: exponent field 0, mantissa counts quanta.
-      const uint32_t mantissa = static_cast<uint32_t>(
-          std::ldexp(rounded, man_bits - min_normal_exp));
+      const uint32_t mantissa =
+          static_cast<uint32_t>(std::ldexp(rounded, man_bits - min_normal_exp));
       return sign | mantissa;
     }
     const double fraction = std::ldexp(rounded, -rounded_exp) - 1.0;
@@ -75,12 +75,12 @@ struct SmallFloat {
                mantissa == (1u << man_bits) - 1) {
       magnitude = std::numeric_limits<double>::quiet_NaN();
     } else if (exp_field == 0) {
-      magnitude = std::ldexp(static_cast<double>(mantissa),
-                             1 - bias() - man_bits);
+      magnitude =
+          std::ldexp(static_cast<double>(mantissa), 1 - bias() - man_bits);
     } else {
-      magnitude = std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa),
-                                              -man_bits),
-                             static_cast<int>(exp_field) - bias());
+      magnitude =
+          std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa), -man_bits),
+                     static_cast<int>(exp_field) - bias());
     }
     return negative ? -magnitude : magnitude;
   }
@@ -116,45 +116,71 @@ void StoreAs(void* data, size_t index, T value) {
 
 }  // namespace
 
-uint16_t DoubleToHalf(double v) { return static_cast<uint16_t>(kHalf.Encode(v)); }
+uint16_t DoubleToHalf(double v) {
+  return static_cast<uint16_t>(kHalf.Encode(v));
+}
 double HalfToDouble(uint16_t b) { return kHalf.Decode(b); }
 uint16_t DoubleToBFloat16(double v) {
   return static_cast<uint16_t>(kBFloat16.Encode(v));
 }
 double BFloat16ToDouble(uint16_t b) { return kBFloat16.Decode(b); }
-uint8_t DoubleToFp8E4M3(double v) { return static_cast<uint8_t>(kE4M3.Encode(v)); }
+uint8_t DoubleToFp8E4M3(double v) {
+  return static_cast<uint8_t>(kE4M3.Encode(v));
+}
 double Fp8E4M3ToDouble(uint8_t b) { return kE4M3.Decode(b); }
-uint8_t DoubleToFp8E5M2(double v) { return static_cast<uint8_t>(kE5M2.Encode(v)); }
+uint8_t DoubleToFp8E5M2(double v) {
+  return static_cast<uint8_t>(kE5M2.Encode(v));
+}
 double Fp8E5M2ToDouble(uint8_t b) { return kE5M2.Decode(b); }
 
 double LoadElement(DType dtype, const void* data, size_t index) {
   switch (dtype) {
-    case DType::kFloat32: return LoadAs<float>(data, index);
-    case DType::kFloat64: return LoadAs<double>(data, index);
-    case DType::kFloat16: return HalfToDouble(LoadAs<uint16_t>(data, index));
-    case DType::kBFloat16: return BFloat16ToDouble(LoadAs<uint16_t>(data, index));
-    case DType::kInt8: return LoadAs<int8_t>(data, index);
-    case DType::kUInt8: return LoadAs<uint8_t>(data, index);
-    case DType::kInt32: return LoadAs<int32_t>(data, index);
-    case DType::kInt64: return static_cast<double>(LoadAs<int64_t>(data, index));
-    case DType::kFp8E4M3: return Fp8E4M3ToDouble(LoadAs<uint8_t>(data, index));
-    case DType::kFp8E5M2: return Fp8E5M2ToDouble(LoadAs<uint8_t>(data, index));
+    case DType::kFloat32:
+      return LoadAs<float>(data, index);
+    case DType::kFloat64:
+      return LoadAs<double>(data, index);
+    case DType::kFloat16:
+      return HalfToDouble(LoadAs<uint16_t>(data, index));
+    case DType::kBFloat16:
+      return BFloat16ToDouble(LoadAs<uint16_t>(data, index));
+    case DType::kInt8:
+      return LoadAs<int8_t>(data, index);
+    case DType::kUInt8:
+      return LoadAs<uint8_t>(data, index);
+    case DType::kInt32:
+      return LoadAs<int32_t>(data, index);
+    case DType::kInt64:
+      return static_cast<double>(LoadAs<int64_t>(data, index));
+    case DType::kFp8E4M3:
+      return Fp8E4M3ToDouble(LoadAs<uint8_t>(data, index));
+    case DType::kFp8E5M2:
+      return Fp8E5M2ToDouble(LoadAs<uint8_t>(data, index));
   }
   return 0;
 }
 
 void StoreElement(DType dtype, void* data, size_t index, double value) {
   switch (dtype) {
-    case DType::kFloat32: return StoreAs<float>(data, index, static_cast<float>(value));
-    case DType::kFloat64: return StoreAs<double>(data, index, value);
-    case DType::kFloat16: return StoreAs<uint16_t>(data, index, DoubleToHalf(value));
-    case DType::kBFloat16: return StoreAs<uint16_t>(data, index, DoubleToBFloat16(value));
-    case DType::kInt8: return StoreAs<int8_t>(data, index, SaturatingCast<int8_t>(value));
-    case DType::kUInt8: return StoreAs<uint8_t>(data, index, SaturatingCast<uint8_t>(value));
-    case DType::kInt32: return StoreAs<int32_t>(data, index, SaturatingCast<int32_t>(value));
-    case DType::kInt64: return StoreAs<int64_t>(data, index, SaturatingCast<int64_t>(value));
-    case DType::kFp8E4M3: return StoreAs<uint8_t>(data, index, DoubleToFp8E4M3(value));
-    case DType::kFp8E5M2: return StoreAs<uint8_t>(data, index, DoubleToFp8E5M2(value));
+    case DType::kFloat32:
+      return StoreAs<float>(data, index, static_cast<float>(value));
+    case DType::kFloat64:
+      return StoreAs<double>(data, index, value);
+    case DType::kFloat16:
+      return StoreAs<uint16_t>(data, index, DoubleToHalf(value));
+    case DType::kBFloat16:
+      return StoreAs<uint16_t>(data, index, DoubleToBFloat16(value));
+    case DType::kInt8:
+      return StoreAs<int8_t>(data, index, SaturatingCast<int8_t>(value));
+    case DType::kUInt8:
+      return StoreAs<uint8_t>(data, index, SaturatingCast<uint8_t>(value));
+    case DType::kInt32:
+      return StoreAs<int32_t>(data, index, SaturatingCast<int32_t>(value));
+    case DType::kInt64:
+      return StoreAs<int64_t>(data, index, SaturatingCast<int64_t>(value));
+    case DType::kFp8E4M3:
+      return StoreAs<uint8_t>(data, index, DoubleToFp8E4M3(value));
+    case DType::kFp8E5M2:
+      return StoreAs<uint8_t>(data, index, DoubleToFp8E5M2(value));
   }
 }
 

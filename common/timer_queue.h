@@ -42,7 +42,8 @@ class TimerQueue {
   bool stopping_ = false;
   TimerId next_id_ = 1;
   // Ordered by (deadline, id) so that equal deadlines keep their order.
-  std::map<std::pair<Clock::time_point, TimerId>, std::function<void()>> timers_;
+  std::map<std::pair<Clock::time_point, TimerId>, std::function<void()>>
+      timers_;
   std::map<TimerId, Clock::time_point> deadlines_;
   std::thread thread_;
 };

@@ -79,8 +79,9 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   }
   std::vector<std::string> names;
   for (const auto& entry : kDTypes) names.emplace_back(entry.name);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype '", std::string(name), "'; expected one of ", absl::StrJoin(names, ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype '", std::string(name), "'; expected one of ",
+                   absl::StrJoin(names, ", ")));
 }
 
 std::string_view ReduceOpName(ReduceOp op) {
@@ -97,25 +98,37 @@ absl::StatusOr<ReduceOp> ParseReduceOp(std::string_view name) {
   for (const auto& [op_name, value] : kReduceOps) {
     if (op_name == lower) return value;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown reduce op '", std::string(name),
-      "'; expected one of sum, prod, min, max, avg, premul_sum"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown reduce op '", std::string(name),
+                   "'; expected one of sum, prod, min, max, avg, premul_sum"));
 }
 
 std::string_view OpKindName(OpKind kind) {
   switch (kind) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kGather: return "gather";
-    case OpKind::kScatter: return "scatter";
-    case OpKind::kAllToAll: return "all_to_all";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
-    case OpKind::kNop: return "nop";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kReduce:
+      return "reduce";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kGather:
+      return "gather";
+    case OpKind::kScatter:
+      return "scatter";
+    case OpKind::kAllToAll:
+      return "all_to_all";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+    case OpKind::kNop:
+      return "nop";
   }
   return "?";
 }
@@ -142,14 +155,14 @@ absl::StatusOr<Device> ParseDevice(std::string_view name) {
   for (std::string_view prefix : {"cuda:", "gpu:"}) {
     if (std::string_view(lower).substr(0, prefix.size()) == prefix) {
       int index = 0;
-      if (absl::SimpleAtoi(lower.substr(prefix.size()), &index) &&
-          index >= 0) {
+      if (absl::SimpleAtoi(lower.substr(prefix.size()), &index) && index >= 0) {
         return Device{DeviceKind::kCuda, index};
       }
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown device '", std::string(name), "'; expected cpu, cuda or cuda:N"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device '", std::string(name),
+                   "'; expected cpu, cuda or cuda:N"));
 }
 
 }  // namespace ccl

@@ -90,13 +90,16 @@ v1::World ToProto(const WorldInfo& world) {
 }
 
 std::shared_ptr<const v1::World> CoordinatorService::WorldProto(
-    const std::shared_ptr<const WorldInfo>& world) {
+    const std::shared_ptr<const WorldInfo>& world, bool include_members) {
   std::lock_guard<std::mutex> lock(cache_mutex_);
   if (world != cached_world_) {
     cached_world_ = world;
     cached_world_proto_ = std::make_shared<const v1::World>(ToProto(*world));
+    auto header = std::make_shared<v1::World>(*cached_world_proto_);
+    header->clear_members();
+    cached_world_header_ = std::move(header);
   }
-  return cached_world_proto_;
+  return include_members ? cached_world_proto_ : cached_world_header_;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Register(
@@ -115,12 +118,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
   native.timeout = milliseconds(request->timeout_ms());
 
   auto* reactor = new ParkedReactor(core_);
+  const bool include_members = request->include_members();
   core_.Register(reactor->id(), std::move(native),
-                 [this, reactor, response](absl::StatusOr<RegisterResult> r) {
+                 [this, reactor, response,
+                  include_members](absl::StatusOr<RegisterResult> r) {
                    if (r.ok()) {
                      response->set_rank(r->rank);
                      response->set_generation(r->generation);
-                     *response->mutable_world() = *WorldProto(r->world);
+                     *response->mutable_world() =
+                         *WorldProto(r->world, include_members);
                    }
                    reactor->Finish(ToGrpcStatus(r.status()));
                  });

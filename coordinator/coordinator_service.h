@@ -67,14 +67,16 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   // Every member of a world gets the same World message; converting a world
-  // of thousands once per member would cost N^2.
+  // of thousands once per member would cost N^2. The header (no members) is
+  // what Register replies carry unless the member list is asked for.
   std::shared_ptr<const v1::World> WorldProto(
-      const std::shared_ptr<const WorldInfo>& world);
+      const std::shared_ptr<const WorldInfo>& world, bool include_members);
 
   CoordinatorCore& core_;
   std::mutex cache_mutex_;
   std::shared_ptr<const WorldInfo> cached_world_;
   std::shared_ptr<const v1::World> cached_world_proto_;
+  std::shared_ptr<const v1::World> cached_world_header_;
 };
 
 v1::World ToProto(const WorldInfo& world);

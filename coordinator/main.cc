@@ -146,5 +146,6 @@ int main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(500));
   server->Wait();
+  spdlog::info("stopped");
   return 0;
 }

@@ -78,6 +78,7 @@ class Executor {
 
   // Fails queued tasks with `reason` and joins both threads. An op already
   // inside the backend runs until it completes or hits its own timeout.
+  // Not from a completion callback: it would join its own thread.
   void Stop(absl::Status reason);
 
  private:

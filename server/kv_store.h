@@ -15,10 +15,11 @@ namespace ccl {
 class KvStore {
  public:
   virtual ~KvStore() = default;
-  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  virtual absl::Status Set(const std::string& key,
+                           const std::string& value) = 0;
   // Waits up to `timeout` for the key to appear.
-  virtual absl::StatusOr<std::string> Get(const std::string& key,
-                                          std::chrono::milliseconds timeout) = 0;
+  virtual absl::StatusOr<std::string> Get(
+      const std::string& key, std::chrono::milliseconds timeout) = 0;
   virtual absl::Status Wait(const std::vector<std::string>& keys,
                             std::chrono::milliseconds timeout) = 0;
 };

@@ -123,8 +123,7 @@ int main(int argc, char** argv) {
   app.add_option("--quota-bytes", quota_bytes,
                  "most tensor bytes this worker holds; 0 means no quota")
       ->capture_default_str();
-  app.add_option("--op-timeout-ms", op_timeout_ms,
-                 "default deadline of an op")
+  app.add_option("--op-timeout-ms", op_timeout_ms, "default deadline of an op")
       ->capture_default_str();
   app.add_option("--seq-gap-timeout-ms", seq_gap_timeout_ms,
                  "how long a group waits for a missing sequence number")
@@ -240,7 +239,8 @@ int main(int argc, char** argv) {
   if (!registered.ok()) {
     spdlog::error("ccworker: register with {} failed: {}", coordinator,
                   registered.status().ToString());
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::seconds(1));
     return 1;
   }
   const int my_rank = registered->rank();
@@ -255,7 +255,8 @@ int main(int argc, char** argv) {
   if (!formed.ok()) {
     spdlog::error("ccworker: building the world communicator failed: {}",
                   formed.ToString());
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::seconds(1));
     return 1;
   }
   service.set_state("ready");
@@ -265,10 +266,10 @@ int main(int argc, char** argv) {
               (*core)->backend().c_str());
   std::fflush(stdout);
 
-  const auto heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(
-      100, registered->world().heartbeat_interval_ms() > 0
-               ? registered->world().heartbeat_interval_ms()
-               : 1000));
+  const auto heartbeat_interval = std::chrono::milliseconds(
+      std::max<int64_t>(100, registered->world().heartbeat_interval_ms() > 0
+                                 ? registered->world().heartbeat_interval_ms()
+                                 : 1000));
   while (!stop.WaitFor(heartbeat_interval)) {
     ccl::v1::HeartbeatRequest beat;
     beat.set_rank(my_rank);

@@ -246,6 +246,27 @@ int64_t CountWrong(const BoundOp& op, int rank, int world) {
 // Runs warmup + iters instances of one op at one seq, back to back on the
 // executor thread, each waited for before the next starts so per-instance
 // times are meaningful.
+// Holds the seq of an op this rank refused before launch, so that the
+// group's later ops run at once instead of waiting out the gap timeout.
+class RefusedTask final : public ExecutorTask {
+ public:
+  RefusedTask(int64_t seq, absl::Status reason)
+      : seq_(seq), reason_(std::move(reason)) {}
+  int64_t seq() const override { return seq_; }
+  std::chrono::milliseconds timeout() const override {
+    return std::chrono::milliseconds(0);
+  }
+  void Start() override {}
+  absl::StatusOr<std::unique_ptr<CommWork>> Launch(Communicator&) override {
+    return reason_;
+  }
+  void Complete(absl::Status, double) override {}
+
+ private:
+  const int64_t seq_;
+  const absl::Status reason_;
+};
+
 class BenchTask final : public ExecutorTask {
  public:
   BenchTask(int64_t id, OpSpec spec, Resolved resolved, int warmup, int iters,
@@ -419,13 +440,13 @@ class WorkerCoreImpl final : public WorkerCore {
     OpSpec normalized = spec;
     CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
     auto resolved = Resolve(normalized, *executor);
-    if (!resolved.ok()) return resolved.status();
+    if (!resolved.ok()) return Refuse(*executor, spec.seq, resolved.status());
     const int64_t id = next_work_id_.fetch_add(1);
     auto work = std::make_shared<OpWork>(id, normalized, resolved->op,
                                          resolved->tensors, &store_);
     if (absl::Status s = store_.Hold(resolved->tensors, id, work->Describe());
         !s.ok()) {
-      return s;
+      return Refuse(*executor, spec.seq, s);
     }
     work->MarkHeld();
     if (absl::Status s = executor->Enqueue(work); !s.ok()) {
@@ -434,6 +455,13 @@ class WorkerCoreImpl final : public WorkerCore {
     }
     Remember(work);
     return std::shared_ptr<Work>(work);
+  }
+
+  // A refused op still takes its seq on this rank (unless the seq itself is
+  // what is wrong: a duplicate or one already declared lost).
+  absl::Status Refuse(Executor& executor, int64_t seq, absl::Status reason) {
+    (void)executor.Enqueue(std::make_shared<RefusedTask>(seq, reason));
+    return reason;
   }
 
   std::shared_ptr<Work> FindWork(int64_t id) override {
@@ -459,13 +487,13 @@ class WorkerCoreImpl final : public WorkerCore {
     OpSpec normalized = spec;
     CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
     auto resolved = Resolve(normalized, *executor);
-    if (!resolved.ok()) return resolved.status();
+    if (!resolved.ok()) return Refuse(*executor, spec.seq, resolved.status());
     const int64_t id = next_work_id_.fetch_add(1);
     std::vector<std::shared_ptr<Tensor>> tensors = resolved->tensors;
     if (absl::Status s = store_.Hold(
             tensors, id, absl::StrCat("bench of ", DescribeOp(normalized)));
         !s.ok()) {
-      return s;
+      return Refuse(*executor, spec.seq, s);
     }
     auto task = std::make_shared<BenchTask>(id, normalized,
                                             *std::move(resolved), warmup, iters,

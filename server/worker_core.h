@@ -24,13 +24,13 @@ namespace ccl {
 enum class FillKind {
   kZeros,
   kOnes,
-  kConstant,       // value
-  kRank,           // rank
-  kRankPlusOne,    // rank + 1
-  kArange,         // i
-  kArangePlusRank, // rank + i
-  kRandom,         // uniform [0, 1), from (seed, rank)
-  kAffine,         // value + rank * rank_scale + i * step
+  kConstant,        // value
+  kRank,            // rank
+  kRankPlusOne,     // rank + 1
+  kArange,          // i
+  kArangePlusRank,  // rank + i
+  kRandom,          // uniform [0, 1), from (seed, rank)
+  kAffine,          // value + rank * rank_scale + i * step
   kUninitialized,
 };
 
@@ -131,7 +131,8 @@ struct WorkerConfig {
 
 class WorkerCore {
  public:
-  static absl::StatusOr<std::unique_ptr<WorkerCore>> Create(WorkerConfig config);
+  static absl::StatusOr<std::unique_ptr<WorkerCore>> Create(
+      WorkerConfig config);
   virtual ~WorkerCore() = default;
 
   // Builds the world communicator of a generation through `store`
@@ -162,7 +163,7 @@ class WorkerCore {
       const std::string& name, int64_t offset, int64_t count,
       int64_t chunk_bytes,
       const std::function<bool(int64_t offset_bytes,
-                                std::span<const std::byte> chunk)>& sink) = 0;
+                               std::span<const std::byte> chunk)>& sink) = 0;
   virtual absl::StatusOr<TensorSummary> Summarize(const std::string& name,
                                                   int64_t head) = 0;
 

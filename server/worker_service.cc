@@ -27,26 +27,40 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
 
 v1::WorkState StateToProto(WorkState state) {
   switch (state) {
-    case WorkState::kQueued: return v1::WORK_STATE_QUEUED;
-    case WorkState::kRunning: return v1::WORK_STATE_RUNNING;
-    case WorkState::kCompleted: return v1::WORK_STATE_COMPLETED;
-    case WorkState::kFailed: return v1::WORK_STATE_FAILED;
+    case WorkState::kQueued:
+      return v1::WORK_STATE_QUEUED;
+    case WorkState::kRunning:
+      return v1::WORK_STATE_RUNNING;
+    case WorkState::kCompleted:
+      return v1::WORK_STATE_COMPLETED;
+    case WorkState::kFailed:
+      return v1::WORK_STATE_FAILED;
   }
   return v1::WORK_STATE_UNSPECIFIED;
 }
 
 FillKind FillKindFromProto(v1::FillKind kind) {
   switch (kind) {
-    case v1::FILL_KIND_ONES: return FillKind::kOnes;
-    case v1::FILL_KIND_CONSTANT: return FillKind::kConstant;
-    case v1::FILL_KIND_RANK: return FillKind::kRank;
-    case v1::FILL_KIND_RANK_PLUS_ONE: return FillKind::kRankPlusOne;
-    case v1::FILL_KIND_ARANGE: return FillKind::kArange;
-    case v1::FILL_KIND_ARANGE_PLUS_RANK: return FillKind::kArangePlusRank;
-    case v1::FILL_KIND_RANDOM: return FillKind::kRandom;
-    case v1::FILL_KIND_AFFINE: return FillKind::kAffine;
-    case v1::FILL_KIND_UNINITIALIZED: return FillKind::kUninitialized;
-    default: return FillKind::kZeros;
+    case v1::FILL_KIND_ONES:
+      return FillKind::kOnes;
+    case v1::FILL_KIND_CONSTANT:
+      return FillKind::kConstant;
+    case v1::FILL_KIND_RANK:
+      return FillKind::kRank;
+    case v1::FILL_KIND_RANK_PLUS_ONE:
+      return FillKind::kRankPlusOne;
+    case v1::FILL_KIND_ARANGE:
+      return FillKind::kArange;
+    case v1::FILL_KIND_ARANGE_PLUS_RANK:
+      return FillKind::kArangePlusRank;
+    case v1::FILL_KIND_RANDOM:
+      return FillKind::kRandom;
+    case v1::FILL_KIND_AFFINE:
+      return FillKind::kAffine;
+    case v1::FILL_KIND_UNINITIALIZED:
+      return FillKind::kUninitialized;
+    default:
+      return FillKind::kZeros;
   }
 }
 
@@ -85,8 +99,9 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
  private:
   absl::Status Start(const v1::ReadTensorRequest& request) {
     const std::vector<TensorMeta> tensors = core_.List();
-    auto it = std::find_if(tensors.begin(), tensors.end(),
-                           [&](const TensorMeta& m) { return m.name == name_; });
+    auto it =
+        std::find_if(tensors.begin(), tensors.end(),
+                     [&](const TensorMeta& m) { return m.name == name_; });
     if (it == tensors.end()) {
       return absl::NotFoundError(absl::StrCat("no tensor named '", name_, "'"));
     }
@@ -99,7 +114,8 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
           request.offset(), request.count(), name_, it->numel));
     }
     next_ = request.offset();
-    end_ = request.count() == 0 ? it->numel : request.offset() + request.count();
+    end_ =
+        request.count() == 0 ? it->numel : request.offset() + request.count();
     if (end_ > it->numel) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "read range [%d, %d) is outside tensor '%s' of %d elements", next_,
@@ -123,13 +139,13 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
     chunk_.set_offset_bytes(next_ * element_bytes_);
     std::string* data = chunk_.mutable_data();
     data->reserve(count * element_bytes_);
-    absl::Status status = core_.Read(
-        name_, next_, count, count * element_bytes_,
-        [&](int64_t, std::span<const std::byte> bytes) {
-          data->append(reinterpret_cast<const char*>(bytes.data()),
-                       bytes.size());
-          return true;
-        });
+    absl::Status status =
+        core_.Read(name_, next_, count, count * element_bytes_,
+                   [&](int64_t, std::span<const std::byte> bytes) {
+                     data->append(reinterpret_cast<const char*>(bytes.data()),
+                                  bytes.size());
+                     return true;
+                   });
     if (!status.ok()) {
       Finish(ToGrpcStatus(status));
       return;
@@ -148,7 +164,8 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
   v1::ReadTensorChunk chunk_;
 };
 
-class WriteReactor final : public grpc::ServerReadReactor<v1::WriteTensorChunk> {
+class WriteReactor final
+    : public grpc::ServerReadReactor<v1::WriteTensorChunk> {
  public:
   WriteReactor(WorkerCore& core, v1::TensorInfo* response)
       : core_(core), response_(response) {
@@ -182,8 +199,8 @@ class WriteReactor final : public grpc::ServerReadReactor<v1::WriteTensorChunk> 
     const std::string& data = chunk_.data();
     auto result = core_.Write(
         name_, chunk_.offset_bytes(),
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.data()),
-                                   data.size()));
+        std::span<const std::byte>(
+            reinterpret_cast<const std::byte*>(data.data()), data.size()));
     if (!result.ok()) {
       Finish(ToGrpcStatus(result.status()));
       return;
@@ -453,8 +470,8 @@ grpc::ServerUnaryReactor* WorkerService::Wait(
   if (!work) {
     return Finish(context,
                   absl::NotFoundError(absl::StrCat(
-                      "no async work with id ", request->work_id(),
-                      " on rank ", core_.rank(),
+                      "no async work with id ", request->work_id(), " on rank ",
+                      core_.rank(),
                       " (ids are per worker; a waited work is forgotten)")));
   }
   auto* reactor = context->DefaultReactor();
@@ -473,8 +490,9 @@ grpc::ServerUnaryReactor* WorkerService::Wait(
     WorkToProto(*work, response);
     reactor->Finish(grpc::Status(
         grpc::StatusCode::DEADLINE_EXCEEDED,
-        absl::StrCat("work ", work->id(), " (", std::string(OpKindName(work->spec().kind)),
-                     " seq ", work->spec().seq,
+        absl::StrCat("work ", work->id(), " (",
+                     std::string(OpKindName(work->spec().kind)), " seq ",
+                     work->spec().seq,
                      ") is still running; wait again or test it")));
   });
   work->OnDone([reactor, response, work, race, core, timers] {

@@ -36,12 +36,14 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* AllocTensor(grpc::CallbackServerContext* context,
                                         const v1::AllocTensorRequest* request,
                                         v1::TensorInfo* response) override;
-  grpc::ServerUnaryReactor* FreeTensor(grpc::CallbackServerContext* context,
-                                       const v1::FreeTensorRequest* request,
-                                       v1::FreeTensorResponse* response) override;
-  grpc::ServerUnaryReactor* ListTensors(grpc::CallbackServerContext* context,
-                                        const v1::ListTensorsRequest* request,
-                                        v1::ListTensorsResponse* response) override;
+  grpc::ServerUnaryReactor* FreeTensor(
+      grpc::CallbackServerContext* context,
+      const v1::FreeTensorRequest* request,
+      v1::FreeTensorResponse* response) override;
+  grpc::ServerUnaryReactor* ListTensors(
+      grpc::CallbackServerContext* context,
+      const v1::ListTensorsRequest* request,
+      v1::ListTensorsResponse* response) override;
   grpc::ServerReadReactor<v1::WriteTensorChunk>* WriteTensor(
       grpc::CallbackServerContext* context, v1::TensorInfo* response) override;
   grpc::ServerWriteReactor<v1::ReadTensorChunk>* ReadTensor(

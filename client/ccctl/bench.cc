@@ -61,7 +61,8 @@ struct Row {
 
 const BenchOp* FindOp(const std::string& name) {
   std::string wanted = name;
-  for (char& c : wanted) if (c == '-') c = '_';
+  for (char& c : wanted)
+    if (c == '-') c = '_';
   if (wanted == "allreduce") wanted = "all_reduce";
   if (wanted == "allgather") wanted = "all_gather";
   if (wanted == "reducescatter") wanted = "reduce_scatter";
@@ -96,13 +97,16 @@ int RunBench(Globals& globals, const BenchArgs& args) {
     step = *parsed;
   }
   const double factor = args.factor > 0 ? args.factor : (step > 0 ? 0 : 2);
-  if (*min_bytes < 1 || *max_bytes < *min_bytes || (factor > 0 && factor <= 1)) {
-    return Fail(absl::InvalidArgumentError(
-                    "need 1 <= -b <= -e and a factor -f > 1 (or an increment -i)"),
-                true);
+  if (*min_bytes < 1 || *max_bytes < *min_bytes ||
+      (factor > 0 && factor <= 1)) {
+    return Fail(
+        absl::InvalidArgumentError(
+            "need 1 <= -b <= -e and a factor -f > 1 (or an increment -i)"),
+        true);
   }
   if (args.iters < 1 || args.warmup < 0) {
-    return Fail(absl::InvalidArgumentError("-n must be >= 1 and -w >= 0"), true);
+    return Fail(absl::InvalidArgumentError("-n must be >= 1 and -w >= 0"),
+                true);
   }
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
@@ -116,28 +120,30 @@ int RunBench(Globals& globals, const BenchArgs& args) {
   const bool reduction = op->kind == v1::OP_KIND_ALL_REDUCE ||
                          op->kind == v1::OP_KIND_REDUCE ||
                          op->kind == v1::OP_KIND_REDUCE_SCATTER;
-  const bool rooted = op->kind == v1::OP_KIND_BROADCAST ||
-                      op->kind == v1::OP_KIND_REDUCE ||
-                      op->kind == v1::OP_KIND_GATHER || op->kind == v1::OP_KIND_SCATTER;
+  const bool rooted =
+      op->kind == v1::OP_KIND_BROADCAST || op->kind == v1::OP_KIND_REDUCE ||
+      op->kind == v1::OP_KIND_GATHER || op->kind == v1::OP_KIND_SCATTER;
 
   auto free_all = [&] {
     for (const auto& name : {in_name, out_name}) {
-      (*client)->FanOut<int64_t>((*client)->AllRanks(),
-                                 [&](int rank) { return (*client)->Free(rank, name); });
+      (*client)->FanOut<int64_t>((*client)->AllRanks(), [&](int rank) {
+        return (*client)->Free(rank, name);
+      });
     }
   };
   auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
-    auto results = (*client)->FanOut<v1::TensorInfo>((*client)->AllRanks(), [&](int rank) {
-      auto info = (*client)->Info(rank);
-      if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
-      v1::AllocTensorRequest request;
-      request.mutable_spec()->set_name(name);
-      request.mutable_spec()->set_dtype(ToProto(*dtype));
-      request.mutable_spec()->add_shape(numel);
-      *request.mutable_spec()->mutable_device() = info->device();
-      request.mutable_fill()->set_kind(v1::FILL_KIND_ZEROS);
-      return (*client)->Alloc(rank, request);
-    });
+    auto results =
+        (*client)->FanOut<v1::TensorInfo>((*client)->AllRanks(), [&](int rank) {
+          auto info = (*client)->Info(rank);
+          if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
+          v1::AllocTensorRequest request;
+          request.mutable_spec()->set_name(name);
+          request.mutable_spec()->set_dtype(ToProto(*dtype));
+          request.mutable_spec()->add_shape(numel);
+          *request.mutable_spec()->mutable_device() = info->device();
+          request.mutable_fill()->set_kind(v1::FILL_KIND_ZEROS);
+          return (*client)->Alloc(rank, request);
+        });
     for (const auto& r : results) {
       if (!r.result.ok()) return r.result.status();
     }
@@ -147,18 +153,20 @@ int RunBench(Globals& globals, const BenchArgs& args) {
   std::vector<Row> rows;
   const bool tty = isatty(STDERR_FILENO);
   for (int64_t bytes = *min_bytes; bytes <= *max_bytes;
-       bytes = factor > 0 ? static_cast<int64_t>(bytes * factor) : bytes + step) {
+       bytes = factor > 0 ? static_cast<int64_t>(bytes * factor)
+                          : bytes + step) {
     // Round down so every rank's part is whole, as nccl-tests does.
     int64_t count = bytes / element;
-    if (op->kind != v1::OP_KIND_ALL_REDUCE && op->kind != v1::OP_KIND_BROADCAST &&
-        op->kind != v1::OP_KIND_REDUCE && op->kind != v1::OP_KIND_SEND) {
+    if (op->kind != v1::OP_KIND_ALL_REDUCE &&
+        op->kind != v1::OP_KIND_BROADCAST && op->kind != v1::OP_KIND_REDUCE &&
+        op->kind != v1::OP_KIND_SEND) {
       count = count / n * n;
     }
     if (count == 0) continue;
     const auto [in_count, out_count] = op->buffers(count, n);
     if (tty && !globals.json()) {
-      std::cerr << "\r[" << rows.size() + 1 << "] " << FormatBytes(count * element)
-                << "    " << std::flush;
+      std::cerr << "\r[" << rows.size() + 1 << "] "
+                << FormatBytes(count * element) << "    " << std::flush;
     }
     Row row;
     row.bytes = count * element;
@@ -183,8 +191,9 @@ int RunBench(Globals& globals, const BenchArgs& args) {
         // In place follows nccl-tests: the large buffer is the only one.
         const bool grows = out_count > in_count;
         if (op->kind == v1::OP_KIND_SEND) {
-          o.set_kind(rank == 0 ? v1::OP_KIND_SEND
-                               : rank == 1 ? v1::OP_KIND_RECV : v1::OP_KIND_NOP);
+          o.set_kind(rank == 0   ? v1::OP_KIND_SEND
+                     : rank == 1 ? v1::OP_KIND_RECV
+                                 : v1::OP_KIND_NOP);
           o.set_peer(rank == 0 ? 1 : 0);
           o.set_input(rank == 0 ? in_name : out_name);
         } else if (in_place) {
@@ -225,7 +234,8 @@ int RunBench(Globals& globals, const BenchArgs& args) {
       }
       row.e2e_us = std::chrono::duration<double, std::micro>(
                        std::chrono::steady_clock::now() - start)
-                       .count() / args.iters;
+                       .count() /
+                   args.iters;
     }
     free_all();
     rows.push_back(row);
@@ -241,7 +251,8 @@ int RunBench(Globals& globals, const BenchArgs& args) {
   }
   const double avg_busbw = rows.empty() ? 0 : busbw_sum / (2.0 * rows.size());
   const std::string type_name(DTypeName(*dtype));
-  const std::string redop = reduction ? std::string(ReduceOpName(*reduce)) : "none";
+  const std::string redop =
+      reduction ? std::string(ReduceOpName(*reduce)) : "none";
   const int root = rooted ? args.root : -1;
 
   if (!args.csv.empty()) {
@@ -249,23 +260,31 @@ int RunBench(Globals& globals, const BenchArgs& args) {
     csv << "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
            "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us\n";
     for (const Row& r : rows) {
-      csv << absl::StrFormat("%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f\n",
-                             op->name, r.bytes, r.count, type_name, redop, root,
-                             r.time_us[0], r.algbw[0], r.busbw[0], r.wrong[0],
-                             r.time_us[1], r.algbw[1], r.busbw[1], r.wrong[1], r.e2e_us);
+      csv << absl::StrFormat(
+          "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f\n",
+          op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
+          r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
+          r.busbw[1], r.wrong[1], r.e2e_us);
     }
   }
   if (globals.json()) {
-    nlohmann::json document = {{"op", op->name}, {"ranks", n}, {"type", type_name},
-                               {"redop", redop}, {"root", root}, {"iters", args.iters},
+    nlohmann::json document = {{"op", op->name},       {"ranks", n},
+                               {"type", type_name},    {"redop", redop},
+                               {"root", root},         {"iters", args.iters},
                                {"warmup", args.warmup}};
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows) {
-      out.push_back({{"size", r.bytes}, {"count", r.count},
-                     {"time_us", r.time_us[0]}, {"algbw", r.algbw[0]},
-                     {"busbw", r.busbw[0]}, {"wrong", r.wrong[0]},
-                     {"in_place", {{"time_us", r.time_us[1]}, {"algbw", r.algbw[1]},
-                                   {"busbw", r.busbw[1]}, {"wrong", r.wrong[1]}}},
+      out.push_back({{"size", r.bytes},
+                     {"count", r.count},
+                     {"time_us", r.time_us[0]},
+                     {"algbw", r.algbw[0]},
+                     {"busbw", r.busbw[0]},
+                     {"wrong", r.wrong[0]},
+                     {"in_place",
+                      {{"time_us", r.time_us[1]},
+                       {"algbw", r.algbw[1]},
+                       {"busbw", r.busbw[1]},
+                       {"wrong", r.wrong[1]}}},
                      {"e2e_us", r.e2e_us}});
     }
     document["rows"] = out;
@@ -273,30 +292,33 @@ int RunBench(Globals& globals, const BenchArgs& args) {
     PrintJson(document);
   } else {
     std::cout << absl::StrFormat(
-        "# ccctl bench %s: %d ranks, %d iters, %d warmup, timed on the workers\n",
+        "# ccctl bench %s: %d ranks, %d iters, %d warmup, timed on the "
+        "workers\n",
         op->name, n, args.iters, args.warmup);
     std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
                                  args.e2e ? "            client" : "");
     std::cout << absl::StrFormat(
-        "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size", "count",
-        "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-        "busbw", "#wrong", args.e2e ? " e2e time" : "");
+        "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size",
+        "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+        "time", "algbw", "busbw", "#wrong", args.e2e ? " e2e time" : "");
     std::cout << absl::StrFormat(
         "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "(B)",
-        "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-        "(GB/s)", "", args.e2e ? "     (us)" : "");
+        "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+        "(GB/s)", "(GB/s)", "", args.e2e ? "     (us)" : "");
     for (const Row& r : rows) {
       std::cout << absl::StrFormat(
           "%12d %12d %8s %6s %6d %8.2f %7.2f %7.2f %6s %8.2f %7.2f %7.2f %6s",
           r.bytes, r.count, type_name, redop, root, r.time_us[0], r.algbw[0],
-          r.busbw[0], args.check ? absl::StrCat(r.wrong[0]) : "N/A", r.time_us[1],
-          r.algbw[1], r.busbw[1], args.check ? absl::StrCat(r.wrong[1]) : "N/A");
+          r.busbw[0], args.check ? absl::StrCat(r.wrong[0]) : "N/A",
+          r.time_us[1], r.algbw[1], r.busbw[1],
+          args.check ? absl::StrCat(r.wrong[1]) : "N/A");
       if (args.e2e) std::cout << absl::StrFormat(" %8.2f", r.e2e_us);
       std::cout << "\n";
     }
     std::cout << "# Out of bounds values : " << wrong_total
               << (wrong_total == 0 ? " OK" : " FAILED") << "\n";
-    std::cout << absl::StrFormat("# Avg bus bandwidth    : %g \n#\n", avg_busbw);
+    std::cout << absl::StrFormat("# Avg bus bandwidth    : %g \n#\n",
+                                 avg_busbw);
   }
   return wrong_total == 0 ? kExitOk : kExitFailure;
 }
@@ -307,13 +329,15 @@ void AddBenchCommand(CLI::App& app, Globals& globals, int& exit_code) {
   auto args = std::make_shared<BenchArgs>();
   auto* bench = app.add_subcommand(
       "bench", "nccl-tests-style sweep, timed on the workers");
-  bench->add_option("op", args->op_name,
-                    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, "
-                    "alltoall, gather, scatter, sendrecv")
+  bench
+      ->add_option("op", args->op_name,
+                   "all_reduce, all_gather, reduce_scatter, broadcast, reduce, "
+                   "alltoall, gather, scatter, sendrecv")
       ->required();
   bench->add_option("-b,--minbytes", args->min_bytes)->capture_default_str();
   bench->add_option("-e,--maxbytes", args->max_bytes)->capture_default_str();
-  bench->add_option("-f,--stepfactor", args->factor, "multiply the size (default 2)");
+  bench->add_option("-f,--stepfactor", args->factor,
+                    "multiply the size (default 2)");
   bench->add_option("-i,--stepbytes", args->step_bytes, "add to the size");
   bench->add_option("-n,--iters", args->iters)->capture_default_str();
   bench->add_option("-w,--warmup_iters", args->warmup)->capture_default_str();

@@ -1,8 +1,8 @@
 // ccctl cluster up|down|status: a local coordinator and N workers in the
 // background, the quickest way to have a cluster. State (pids, address,
 // logs) lives in StateDir().
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 
 // The daemons sit next to ccctl when installed, or in the build tree's
 // sibling folders.
-std::string FindBinary(const std::string& name, const std::string& build_subdir) {
+std::string FindBinary(const std::string& name,
+                       const std::string& build_subdir) {
   std::error_code error;
   const fs::path self = fs::read_symlink("/proc/self/exe", error);
   if (!error) {
@@ -73,7 +74,8 @@ int StopPids(const std::vector<pid_t>& pids) {
   for (pid_t pid : pids) {
     if (Alive(pid)) kill(pid, SIGTERM);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (pid_t pid : pids) {
     while (Alive(pid) && std::chrono::steady_clock::now() < deadline) {
       waitpid(pid, nullptr, WNOHANG);
@@ -104,14 +106,16 @@ int Down(Globals& globals) {
   if (globals.json()) {
     PrintJson({{"stopped", pids.size()}});
   } else {
-    std::cout << "stopped the local cluster (" << pids.size() << " processes)\n";
+    std::cout << "stopped the local cluster (" << pids.size()
+              << " processes)\n";
   }
   return kExitOk;
 }
 
 int Up(Globals& globals, const UpArgs& args) {
   if (args.workers < 1) {
-    return Fail(absl::InvalidArgumentError("--workers must be at least 1"), true);
+    return Fail(absl::InvalidArgumentError("--workers must be at least 1"),
+                true);
   }
   auto wait = ParseDuration(args.wait);
   if (!wait.ok()) return Fail(wait.status(), true);
@@ -143,10 +147,10 @@ int Up(Globals& globals, const UpArgs& args) {
   for (int i = 0; i < args.workers; ++i) {
     std::string device = args.device;
     if (device == "cuda") device = absl::StrCat("cuda:", i);
-    workers.push_back(Spawn({FindBinary("ccworker", "server"), "--coordinator",
-                             address, "--device", device, "--rank",
-                             absl::StrCat(i), "--listen", "127.0.0.1:0"},
-                            absl::StrCat(dir, "/worker-", i, ".log")));
+    workers.push_back(Spawn(
+        {FindBinary("ccworker", "server"), "--coordinator", address, "--device",
+         device, "--rank", absl::StrCat(i), "--listen", "127.0.0.1:0"},
+        absl::StrCat(dir, "/worker-", i, ".log")));
   }
   nlohmann::json state = {{"coordinator", address},
                           {"coordinator_pid", coordinator_pid},
@@ -155,7 +159,8 @@ int Up(Globals& globals, const UpArgs& args) {
   std::ofstream(dir + "/state.json") << state.dump(2) << "\n";
 
   // Ready when the world is complete and every worker says so.
-  auto coordinator = CoordinatorClient::Connect(address, std::chrono::seconds(5));
+  auto coordinator =
+      CoordinatorClient::Connect(address, std::chrono::seconds(5));
   bool ready = false;
   while (!ready && std::chrono::steady_clock::now() < deadline) {
     auto world = coordinator->GetWorld();
@@ -181,8 +186,9 @@ int Up(Globals& globals, const UpArgs& args) {
   }
   if (!ready) {
     Down(globals);
-    return Fail(absl::DeadlineExceededError(absl::StrCat(
-        "the cluster did not become ready within ", args.wait, "; logs in ", dir)));
+    return Fail(absl::DeadlineExceededError(
+        absl::StrCat("the cluster did not become ready within ", args.wait,
+                     "; logs in ", dir)));
   }
   if (globals.json()) {
     PrintJson(state);
@@ -197,7 +203,8 @@ int Up(Globals& globals, const UpArgs& args) {
 }  // namespace
 
 void AddClusterCommands(CLI::App& app, Globals& globals, int& exit_code) {
-  auto* cluster = app.add_subcommand("cluster", "start or stop a local cluster");
+  auto* cluster =
+      app.add_subcommand("cluster", "start or stop a local cluster");
   cluster->require_subcommand(1);
   auto args = std::make_shared<UpArgs>();
   auto* up = cluster->add_subcommand(
@@ -215,29 +222,34 @@ void AddClusterCommands(CLI::App& app, Globals& globals, int& exit_code) {
 
 void AddCompletionCommand(CLI::App& app, int& exit_code) {
   auto shell = std::make_shared<std::string>("bash");
-  auto* completion = app.add_subcommand("completion", "print a shell completion script");
+  auto* completion =
+      app.add_subcommand("completion", "print a shell completion script");
   completion->add_option("shell", *shell)->check(CLI::IsMember({"bash"}));
   completion->callback([&app, &exit_code] {
     std::string commands;
     for (const CLI::App* sub : app.get_subcommands({})) {
       commands += sub->get_name() + " ";
     }
-    std::cout << "# bash completion for ccctl: source <(ccctl completion bash)\n"
-                 "_ccctl() {\n"
-                 "  local cur=${COMP_WORDS[COMP_CWORD]}\n"
-                 "  if [[ $COMP_CWORD -eq 1 ]]; then\n"
-                 "    COMPREPLY=($(compgen -W \""
-              << commands
-              << "\" -- \"$cur\"))\n"
-                 "  elif [[ ${COMP_WORDS[1]} == tensor && $COMP_CWORD -eq 2 ]]; then\n"
-                 "    COMPREPLY=($(compgen -W \"alloc write read free ls\" -- \"$cur\"))\n"
-                 "  elif [[ ${COMP_WORDS[1]} == cluster && $COMP_CWORD -eq 2 ]]; then\n"
-                 "    COMPREPLY=($(compgen -W \"up down\" -- \"$cur\"))\n"
-                 "  else\n"
-                 "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
-                 "  fi\n"
-                 "}\n"
-                 "complete -F _ccctl ccctl\n";
+    std::cout
+        << "# bash completion for ccctl: source <(ccctl completion bash)\n"
+           "_ccctl() {\n"
+           "  local cur=${COMP_WORDS[COMP_CWORD]}\n"
+           "  if [[ $COMP_CWORD -eq 1 ]]; then\n"
+           "    COMPREPLY=($(compgen -W \""
+        << commands
+        << "\" -- \"$cur\"))\n"
+           "  elif [[ ${COMP_WORDS[1]} == tensor && $COMP_CWORD -eq 2 ]]; "
+           "then\n"
+           "    COMPREPLY=($(compgen -W \"alloc write read free ls\" -- "
+           "\"$cur\"))\n"
+           "  elif [[ ${COMP_WORDS[1]} == cluster && $COMP_CWORD -eq 2 ]]; "
+           "then\n"
+           "    COMPREPLY=($(compgen -W \"up down\" -- \"$cur\"))\n"
+           "  else\n"
+           "    COMPREPLY=($(compgen -f -- \"$cur\"))\n"
+           "  fi\n"
+           "}\n"
+           "complete -F _ccctl ccctl\n";
     exit_code = kExitOk;
   });
 }

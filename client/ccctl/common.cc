@@ -16,7 +16,8 @@ std::string StateDir() {
 
 std::string ResolveCoordinator(const Globals& globals) {
   if (!globals.coordinator.empty()) return globals.coordinator;
-  if (const char* env = std::getenv("CCCTL_COORDINATOR"); env && *env) return env;
+  if (const char* env = std::getenv("CCCTL_COORDINATOR"); env && *env)
+    return env;
   std::ifstream state(StateDir() + "/state.json");
   if (state) {
     try {

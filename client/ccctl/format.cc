@@ -19,8 +19,8 @@ absl::StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text) {
     double ms;
   };
   // Longest suffixes first so that "ms" is not read as "s".
-  static constexpr Unit kUnits[] = {{"ms", 1}, {"us", 1e-3}, {"s", 1e3},
-                                    {"m", 60e3}, {"h", 3600e3}};
+  static constexpr Unit kUnits[] = {
+      {"ms", 1}, {"us", 1e-3}, {"s", 1e3}, {"m", 60e3}, {"h", 3600e3}};
   double scale = 1e3;
   for (const Unit& unit : kUnits) {
     if (absl::EndsWith(s, unit.suffix)) {
@@ -44,11 +44,24 @@ absl::StatusOr<int64_t> ParseSize(std::string_view text) {
   int64_t scale = 1;
   if (!s.empty()) {
     switch (s.back()) {
-      case 'K': case 'k': scale = 1LL << 10; break;
-      case 'M': case 'm': scale = 1LL << 20; break;
-      case 'G': case 'g': scale = 1LL << 30; break;
-      case 'T': case 't': scale = 1LL << 40; break;
-      default: break;
+      case 'K':
+      case 'k':
+        scale = 1LL << 10;
+        break;
+      case 'M':
+      case 'm':
+        scale = 1LL << 20;
+        break;
+      case 'G':
+      case 'g':
+        scale = 1LL << 30;
+        break;
+      case 'T':
+      case 't':
+        scale = 1LL << 40;
+        break;
+      default:
+        break;
     }
     if (scale != 1) s.pop_back();
     if (!s.empty() && (s.back() == 'i' || s.back() == 'I')) s.pop_back();
@@ -69,9 +82,8 @@ absl::StatusOr<std::vector<int64_t>> ParseIntList(std::string_view text) {
                       absl::SkipWhitespace())) {
     int64_t value = 0;
     if (!absl::SimpleAtoi(part, &value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", part, "' in '", std::string(text),
-                       "' is not an integer"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", part, "' in '", std::string(text), "' is not an integer"));
     }
     values.push_back(value);
   }
@@ -127,9 +139,13 @@ std::string FormatBytes(int64_t bytes) {
   return absl::StrFormat("%.1f %s", value, kUnits[unit]);
 }
 
-Table::Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+Table::Table(std::vector<std::string> header) {
+  rows_.push_back(std::move(header));
+}
 
-void Table::AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+void Table::AddRow(std::vector<std::string> row) {
+  rows_.push_back(std::move(row));
+}
 
 std::string Table::Render() const {
   std::vector<size_t> widths;
@@ -144,7 +160,8 @@ std::string Table::Render() const {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
+      if (i + 1 < row.size())
+        line += std::string(widths[i] - row[i].size() + 3, ' ');
     }
     out += line + "\n";
   }

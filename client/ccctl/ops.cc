@@ -19,14 +19,19 @@ struct OpCommand {
 };
 
 constexpr OpCommand kOpCommands[] = {
-    {"allreduce", v1::OP_KIND_ALL_REDUCE, "reduce on every rank, result everywhere"},
-    {"broadcast", v1::OP_KIND_BROADCAST, "copy the root's tensor to every rank"},
+    {"allreduce", v1::OP_KIND_ALL_REDUCE,
+     "reduce on every rank, result everywhere"},
+    {"broadcast", v1::OP_KIND_BROADCAST,
+     "copy the root's tensor to every rank"},
     {"reduce", v1::OP_KIND_REDUCE, "reduce onto the root"},
-    {"allgather", v1::OP_KIND_ALL_GATHER, "gather every rank's tensor everywhere"},
-    {"reducescatter", v1::OP_KIND_REDUCE_SCATTER, "reduce, then each rank keeps its chunk"},
+    {"allgather", v1::OP_KIND_ALL_GATHER,
+     "gather every rank's tensor everywhere"},
+    {"reducescatter", v1::OP_KIND_REDUCE_SCATTER,
+     "reduce, then each rank keeps its chunk"},
     {"gather", v1::OP_KIND_GATHER, "gather every rank's tensor on the root"},
     {"scatter", v1::OP_KIND_SCATTER, "split the root's tensor across ranks"},
-    {"alltoall", v1::OP_KIND_ALL_TO_ALL, "chunk j of every rank goes to rank j"},
+    {"alltoall", v1::OP_KIND_ALL_TO_ALL,
+     "chunk j of every rank goes to rank j"},
     {"barrier", v1::OP_KIND_BARRIER, "wait until every rank arrives"},
 };
 
@@ -63,11 +68,14 @@ Sizes HelloSizes(v1::OpKind kind, int world) {
 
 // Ranks whose result the op defines (torch leaves the others unspecified).
 bool ResultDefinedOn(v1::OpKind kind, int rank, int root) {
-  if (kind == v1::OP_KIND_REDUCE || kind == v1::OP_KIND_GATHER) return rank == root;
+  if (kind == v1::OP_KIND_REDUCE || kind == v1::OP_KIND_GATHER)
+    return rank == root;
   return true;
 }
 
-std::string WorkIdText(int rank, int64_t id) { return absl::StrCat(rank, ":", id); }
+std::string WorkIdText(int rank, int64_t id) {
+  return absl::StrCat(rank, ":", id);
+}
 
 void PrintOpResults(const Globals& globals, ClusterClient& client,
                     const std::vector<RankResult<v1::OpResponse>>& results,
@@ -96,7 +104,8 @@ void PrintOpResults(const Globals& globals, ClusterClient& client,
     if (!result_tensor.empty() && ResultDefinedOn(kind, r.rank, root)) {
       auto summary = client.Summarize(r.rank, result_tensor, limit);
       if (summary.ok()) {
-        std::vector<double> head(summary->head().begin(), summary->head().end());
+        std::vector<double> head(summary->head().begin(),
+                                 summary->head().end());
         auto dtype = FromProto(summary->info().spec().dtype());
         entry["values"] = head;
         values_text = FormatValues(
@@ -117,7 +126,8 @@ void PrintOpResults(const Globals& globals, ClusterClient& client,
   }
 }
 
-int RunCollective(Globals& globals, const OpCommand& command, const OpArgs& args) {
+int RunCollective(Globals& globals, const OpCommand& command,
+                  const OpArgs& args) {
   auto reduce_op = ParseReduceOp(args.op);
   if (!reduce_op.ok()) return Fail(reduce_op.status(), true);
   auto dtype = ParseDType(args.dtype);
@@ -159,7 +169,8 @@ int RunCollective(Globals& globals, const OpCommand& command, const OpArgs& args
       auto results = (*client)->FanOut<v1::TensorInfo>(
           (*client)->AllRanks(), [&](int rank) {
             auto info = (*client)->Info(rank);
-            if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
+            if (!info.ok())
+              return absl::StatusOr<v1::TensorInfo>(info.status());
             v1::AllocTensorRequest request;
             request.mutable_spec()->set_name(name);
             request.mutable_spec()->set_dtype(ToProto(*dtype));
@@ -184,8 +195,9 @@ int RunCollective(Globals& globals, const OpCommand& command, const OpArgs& args
     if (sizes.out_chunks > 0) op.set_output(prefix + "out");
     if (!status.ok()) {
       for (const auto& name : temporaries) {
-        (*client)->FanOut<int64_t>((*client)->AllRanks(),
-                                   [&](int rank) { return (*client)->Free(rank, name); });
+        (*client)->FanOut<int64_t>((*client)->AllRanks(), [&](int rank) {
+          return (*client)->Free(rank, name);
+        });
       }
       return Fail(status);
     }
@@ -210,17 +222,18 @@ int RunCollective(Globals& globals, const OpCommand& command, const OpArgs& args
     // The temporaries must outlive the op: wait before freeing them.
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
-      auto waited =
-          (*client)->Wait(r.rank, r.result->work_id(), (*client)->options().timeout);
+      auto waited = (*client)->Wait(r.rank, r.result->work_id(),
+                                    (*client)->options().timeout);
       if (!waited.ok()) {
-        std::cerr << "ccctl: rank " << r.rank << ": " << StatusText(waited.status())
-                  << "\n";
+        std::cerr << "ccctl: rank " << r.rank << ": "
+                  << StatusText(waited.status()) << "\n";
       }
     }
   }
   for (const auto& name : temporaries) {
-    (*client)->FanOut<int64_t>((*client)->AllRanks(),
-                               [&](int rank) { return (*client)->Free(rank, name); });
+    (*client)->FanOut<int64_t>((*client)->AllRanks(), [&](int rank) {
+      return (*client)->Free(rank, name);
+    });
   }
   return failed ? kExitFailure : kExitOk;
 }
@@ -235,9 +248,11 @@ struct P2PArgs {
 int RunSend(Globals& globals, const P2PArgs& args) {
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  if (auto s = (*client)->CheckRanks({args.from, args.to}); !s.ok()) return Fail(s, true);
+  if (auto s = (*client)->CheckRanks({args.from, args.to}); !s.ok())
+    return Fail(s, true);
   if (args.from == args.to) {
-    return Fail(absl::InvalidArgumentError("--from and --to must differ"), true);
+    return Fail(absl::InvalidArgumentError("--from and --to must differ"),
+                true);
   }
   std::map<int, v1::OpRequest> ops;
   v1::OpRequest send;
@@ -270,7 +285,8 @@ int RunSend(Globals& globals, const P2PArgs& args) {
 int RunRecv(Globals& globals, const P2PArgs& args) {
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  if (auto s = (*client)->CheckRanks({args.from, args.rank}); !s.ok()) return Fail(s, true);
+  if (auto s = (*client)->CheckRanks({args.from, args.rank}); !s.ok())
+    return Fail(s, true);
   v1::OpRequest recv;
   recv.set_kind(v1::OP_KIND_RECV);
   recv.set_input(args.tensor);
@@ -304,15 +320,21 @@ absl::StatusOr<std::pair<int, int64_t>> ParseWorkId(const std::string& text) {
 
 std::string WorkStateName(v1::WorkState state) {
   switch (state) {
-    case v1::WORK_STATE_QUEUED: return "queued";
-    case v1::WORK_STATE_RUNNING: return "running";
-    case v1::WORK_STATE_COMPLETED: return "completed";
-    case v1::WORK_STATE_FAILED: return "failed";
-    default: return "unknown";
+    case v1::WORK_STATE_QUEUED:
+      return "queued";
+    case v1::WORK_STATE_RUNNING:
+      return "running";
+    case v1::WORK_STATE_COMPLETED:
+      return "completed";
+    case v1::WORK_STATE_FAILED:
+      return "failed";
+    default:
+      return "unknown";
   }
 }
 
-int RunWait(Globals& globals, const std::vector<std::string>& ids, bool test_only) {
+int RunWait(Globals& globals, const std::vector<std::string>& ids,
+            bool test_only) {
   std::vector<std::pair<int, int64_t>> works;
   for (const auto& text : ids) {
     auto parsed = ParseWorkId(text);
@@ -323,7 +345,8 @@ int RunWait(Globals& globals, const std::vector<std::string>& ids, bool test_onl
   if (!client.ok()) return Fail(client.status());
   std::vector<int> indexes;
   for (size_t i = 0; i < works.size(); ++i) {
-    if (auto s = (*client)->CheckRanks({works[i].first}); !s.ok()) return Fail(s, true);
+    if (auto s = (*client)->CheckRanks({works[i].first}); !s.ok())
+      return Fail(s, true);
     indexes.push_back(static_cast<int>(i));
   }
   auto results = (*client)->FanOut<v1::WorkStatus>(indexes, [&](int i) {
@@ -338,7 +361,8 @@ int RunWait(Globals& globals, const std::vector<std::string>& ids, bool test_onl
     const auto& [rank, id] = works[r.rank];
     const std::string work = WorkIdText(rank, id);
     if (!r.result.ok()) {
-      std::cerr << "ccctl: work " << work << ": " << StatusText(r.result.status()) << "\n";
+      std::cerr << "ccctl: work " << work << ": "
+                << StatusText(r.result.status()) << "\n";
       failed = true;
       continue;
     }
@@ -348,7 +372,8 @@ int RunWait(Globals& globals, const std::vector<std::string>& ids, bool test_onl
     entry["rank"] = rank;
     document.push_back(entry);
     table.AddRow({work, kind.ok() ? std::string(OpKindName(*kind)) : "?",
-                  absl::StrCat(r.result->seq()), WorkStateName(r.result->state()),
+                  absl::StrCat(r.result->seq()),
+                  WorkStateName(r.result->state()),
                   absl::StrFormat("%.1f", r.result->timing().device_us())});
   }
   if (globals.json()) {
@@ -366,31 +391,38 @@ void AddOpCommands(CLI::App& app, Globals& globals, int& exit_code) {
     auto args = std::make_shared<OpArgs>();
     auto* sub = app.add_subcommand(command.name, command.help);
     if (command.kind != v1::OP_KIND_BARRIER) {
-      sub->add_option("--tensor,-t", args->tensor, "run in place on this tensor");
+      sub->add_option("--tensor,-t", args->tensor,
+                      "run in place on this tensor");
       sub->add_option("--input,-i", args->input, "input tensor (out of place)");
       sub->add_option("--output", args->output, "output tensor (out of place)");
       sub->add_option("--count,-c", args->count,
                       "elements of the hello-world tensor (without --tensor)")
           ->capture_default_str();
-      sub->add_option("--dtype,-d", args->dtype, "dtype of the hello-world tensor")
+      sub->add_option("--dtype,-d", args->dtype,
+                      "dtype of the hello-world tensor")
           ->capture_default_str();
       sub->add_option("--limit,-n", args->limit, "elements printed per rank")
           ->capture_default_str();
     }
-    if (command.kind == v1::OP_KIND_ALL_REDUCE || command.kind == v1::OP_KIND_REDUCE ||
+    if (command.kind == v1::OP_KIND_ALL_REDUCE ||
+        command.kind == v1::OP_KIND_REDUCE ||
         command.kind == v1::OP_KIND_REDUCE_SCATTER) {
       sub->add_option("--op", args->op, "sum, prod, min, max, avg, premul_sum")
           ->capture_default_str();
       sub->add_option("--scale", args->scale, "factor of premul_sum");
     }
-    if (command.kind == v1::OP_KIND_BROADCAST || command.kind == v1::OP_KIND_SCATTER) {
-      sub->add_option("--src,--root", args->root, "source rank")->capture_default_str();
+    if (command.kind == v1::OP_KIND_BROADCAST ||
+        command.kind == v1::OP_KIND_SCATTER) {
+      sub->add_option("--src,--root", args->root, "source rank")
+          ->capture_default_str();
     }
-    if (command.kind == v1::OP_KIND_REDUCE || command.kind == v1::OP_KIND_GATHER) {
+    if (command.kind == v1::OP_KIND_REDUCE ||
+        command.kind == v1::OP_KIND_GATHER) {
       sub->add_option("--dst,--root", args->root, "destination rank")
           ->capture_default_str();
     }
-    sub->add_flag("--async", args->async, "return work ids at once (see ccctl wait)");
+    sub->add_flag("--async", args->async,
+                  "return work ids at once (see ccctl wait)");
     sub->callback([&, args, command] {
       exit_code = RunCollective(globals, command, *args);
     });
@@ -398,7 +430,8 @@ void AddOpCommands(CLI::App& app, Globals& globals, int& exit_code) {
 
   auto send_args = std::make_shared<P2PArgs>();
   auto* send = app.add_subcommand(
-      "send", "send a tensor from one rank to another (with the matching recv)");
+      "send",
+      "send a tensor from one rank to another (with the matching recv)");
   send->add_option("--tensor,-t", send_args->tensor)->required();
   send->add_option("--from", send_args->from)->required();
   send->add_option("--to", send_args->to)->required();
@@ -419,12 +452,15 @@ void AddOpCommands(CLI::App& app, Globals& globals, int& exit_code) {
   auto wait_ids = std::make_shared<std::vector<std::string>>();
   auto* wait = app.add_subcommand("wait", "wait for async work ids (RANK:ID)");
   wait->add_option("ids", *wait_ids)->required();
-  wait->callback([&, wait_ids] { exit_code = RunWait(globals, *wait_ids, false); });
+  wait->callback(
+      [&, wait_ids] { exit_code = RunWait(globals, *wait_ids, false); });
 
   auto test_ids = std::make_shared<std::vector<std::string>>();
-  auto* test = app.add_subcommand("test", "poll async work ids without waiting");
+  auto* test =
+      app.add_subcommand("test", "poll async work ids without waiting");
   test->add_option("ids", *test_ids)->required();
-  test->callback([&, test_ids] { exit_code = RunWait(globals, *test_ids, true); });
+  test->callback(
+      [&, test_ids] { exit_code = RunWait(globals, *test_ids, true); });
 }
 
 }  // namespace ccl::ctl

@@ -15,20 +15,29 @@ namespace {
 
 std::string MemberStateName(v1::MemberState state) {
   switch (state) {
-    case v1::MEMBER_STATE_JOINING: return "joining";
-    case v1::MEMBER_STATE_READY: return "ready";
-    case v1::MEMBER_STATE_LOST: return "lost";
-    case v1::MEMBER_STATE_LEFT: return "left";
-    default: return "unknown";
+    case v1::MEMBER_STATE_JOINING:
+      return "joining";
+    case v1::MEMBER_STATE_READY:
+      return "ready";
+    case v1::MEMBER_STATE_LOST:
+      return "lost";
+    case v1::MEMBER_STATE_LEFT:
+      return "left";
+    default:
+      return "unknown";
   }
 }
 
 std::string WorldStateName(v1::WorldState state) {
   switch (state) {
-    case v1::WORLD_STATE_FORMING: return "forming";
-    case v1::WORLD_STATE_COMPLETE: return "complete";
-    case v1::WORLD_STATE_DEGRADED: return "degraded";
-    default: return "unknown";
+    case v1::WORLD_STATE_FORMING:
+      return "forming";
+    case v1::WORLD_STATE_COMPLETE:
+      return "complete";
+    case v1::WORLD_STATE_DEGRADED:
+      return "degraded";
+    default:
+      return "unknown";
   }
 }
 
@@ -53,7 +62,8 @@ absl::StatusOr<std::vector<int>> SelectRanks(const ClusterClient& client,
   auto parsed = ParseIntList(ranks_text);
   if (!parsed.ok()) return parsed.status();
   std::vector<int> ranks(parsed->begin(), parsed->end());
-  if (absl::Status status = client.CheckRanks(ranks); !status.ok()) return status;
+  if (absl::Status status = client.CheckRanks(ranks); !status.ok())
+    return status;
   return ranks;
 }
 
@@ -67,10 +77,11 @@ int Status(Globals& globals) {
     nlohmann::json document = ProtoToJson(world);
     nlohmann::json workers = nlohmann::json::array();
     for (const auto& info : infos) {
-      workers.push_back(info.result.ok()
-                            ? ProtoToJson(*info.result)
-                            : nlohmann::json{{"rank", info.rank},
-                                             {"error", StatusText(info.result.status())}});
+      workers.push_back(
+          info.result.ok()
+              ? ProtoToJson(*info.result)
+              : nlohmann::json{{"rank", info.rank},
+                               {"error", StatusText(info.result.status())}});
     }
     document["workers"] = workers;
     PrintJson(document);
@@ -105,7 +116,7 @@ int Status(Globals& globals) {
 
 struct AllocArgs {
   std::string name, shape = "1", dtype = "float32", fill = "zeros", ranks,
-      device;
+                    device;
   double value = 0;
   uint64_t seed = 0;
 };
@@ -181,7 +192,8 @@ int Alloc(Globals& globals, const AllocArgs& args) {
     nlohmann::json document = nlohmann::json::array();
     for (const auto& r : results) {
       if (r.result.ok()) {
-        document.push_back({{"rank", r.rank}, {"tensor", ProtoToJson(*r.result)}});
+        document.push_back(
+            {{"rank", r.rank}, {"tensor", ProtoToJson(*r.result)}});
       }
     }
     PrintJson(document);
@@ -213,7 +225,8 @@ int Write(Globals& globals, const WriteArgs& args) {
   }
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  if (auto s = (*client)->CheckRanks({args.rank}); !s.ok()) return Fail(s, true);
+  if (auto s = (*client)->CheckRanks({args.rank}); !s.ok())
+    return Fail(s, true);
   auto summary = (*client)->Summarize(args.rank, args.name, 0);
   if (!summary.ok()) return Fail(summary.status());
   auto dtype = FromProto(summary->info().spec().dtype());
@@ -235,8 +248,8 @@ int Write(Globals& globals, const WriteArgs& args) {
       StoreElement(*dtype, bytes.data(), i, (*values)[i]);
     }
   }
-  auto info = (*client)->Write(args.rank, args.name,
-                               args.offset * static_cast<int64_t>(element), bytes);
+  auto info = (*client)->Write(
+      args.rank, args.name, args.offset * static_cast<int64_t>(element), bytes);
   if (!info.ok()) return Fail(info.status());
   if (globals.json()) {
     PrintJson({{"rank", args.rank},
@@ -279,21 +292,26 @@ int Read(Globals& globals, const ReadArgs& args) {
       if (!r.result.ok()) continue;
       auto dtype = FromProto(r.result->info().spec().dtype());
       const DType shown = dtype.ok() ? *dtype : DType::kFloat64;
-      std::vector<double> head(r.result->head().begin(), r.result->head().end());
+      std::vector<double> head(r.result->head().begin(),
+                               r.result->head().end());
       table.AddRow(
           {absl::StrCat(r.rank), DTypeText(r.result->info().spec().dtype()),
            ShapeText(r.result->info().spec()),
-           FormatValues(head, shown,
-                        r.result->info().numel() > static_cast<int64_t>(head.size())),
-           FormatValue(r.result->sum(), IsFloatingPoint(shown) ? DType::kFloat64 : shown),
-           FormatValue(r.result->min(), shown), FormatValue(r.result->max(), shown)});
+           FormatValues(
+               head, shown,
+               r.result->info().numel() > static_cast<int64_t>(head.size())),
+           FormatValue(r.result->sum(),
+                       IsFloatingPoint(shown) ? DType::kFloat64 : shown),
+           FormatValue(r.result->min(), shown),
+           FormatValue(r.result->max(), shown)});
     }
     std::cout << table.Render();
   }
   return failed ? kExitFailure : kExitOk;
 }
 
-int Free(Globals& globals, const std::string& name, const std::string& ranks_text) {
+int Free(Globals& globals, const std::string& name,
+         const std::string& ranks_text) {
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
   auto ranks = SelectRanks(**client, ranks_text);
@@ -304,7 +322,8 @@ int Free(Globals& globals, const std::string& name, const std::string& ranks_tex
   if (globals.json()) {
     nlohmann::json document = nlohmann::json::array();
     for (const auto& r : results) {
-      if (r.result.ok()) document.push_back({{"rank", r.rank}, {"freed_bytes", *r.result}});
+      if (r.result.ok())
+        document.push_back({{"rank", r.rank}, {"freed_bytes", *r.result}});
     }
     PrintJson(document);
   } else {
@@ -340,10 +359,10 @@ int List(Globals& globals, const std::string& ranks_text) {
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
       for (const auto& tensor : r.result->tensors()) {
-        table.AddRow({absl::StrCat(r.rank), tensor.spec().name(),
-                      DTypeText(tensor.spec().dtype()), ShapeText(tensor.spec()),
-                      DeviceText(tensor.spec().device()),
-                      FormatBytes(tensor.bytes())});
+        table.AddRow(
+            {absl::StrCat(r.rank), tensor.spec().name(),
+             DTypeText(tensor.spec().dtype()), ShapeText(tensor.spec()),
+             DeviceText(tensor.spec().device()), FormatBytes(tensor.bytes())});
       }
     }
     std::cout << table.Render();
@@ -360,17 +379,20 @@ void AddStatusCommand(CLI::App& app, Globals& globals, int& exit_code) {
 }
 
 void AddTensorCommands(CLI::App& app, Globals& globals, int& exit_code) {
-  auto* tensor = app.add_subcommand("tensor", "allocate, write, read, free, list tensors");
+  auto* tensor =
+      app.add_subcommand("tensor", "allocate, write, read, free, list tensors");
   tensor->require_subcommand(1);
 
   auto alloc_args = std::make_shared<AllocArgs>();
   auto* alloc = tensor->add_subcommand("alloc", "allocate a tensor on ranks");
   alloc->add_option("name", alloc_args->name, "tensor name")->required();
-  alloc->add_option("--shape", alloc_args->shape, "e.g. 2,3")->capture_default_str();
+  alloc->add_option("--shape", alloc_args->shape, "e.g. 2,3")
+      ->capture_default_str();
   alloc->add_option("--dtype,-d", alloc_args->dtype)->capture_default_str();
-  alloc->add_option("--fill", alloc_args->fill,
-                    "zeros, ones, constant, rank, rank+1, arange, arange+rank, "
-                    "random, empty, or a number")
+  alloc
+      ->add_option("--fill", alloc_args->fill,
+                   "zeros, ones, constant, rank, rank+1, arange, arange+rank, "
+                   "random, empty, or a number")
       ->capture_default_str();
   alloc->add_option("--value", alloc_args->value, "value of a constant fill");
   alloc->add_option("--seed", alloc_args->seed, "seed of a random fill");
@@ -384,12 +406,14 @@ void AddTensorCommands(CLI::App& app, Globals& globals, int& exit_code) {
   write->add_option("name", write_args->name)->required();
   write->add_option("--rank,-r", write_args->rank)->required();
   write->add_option("--values", write_args->values, "e.g. 1,2,3");
-  write->add_option("--file", write_args->file, "raw bytes in the tensor's dtype");
+  write->add_option("--file", write_args->file,
+                    "raw bytes in the tensor's dtype");
   write->add_option("--offset", write_args->offset, "first element to write");
   write->callback([&, write_args] { exit_code = Write(globals, *write_args); });
 
   auto read_args = std::make_shared<ReadArgs>();
-  auto* read = tensor->add_subcommand("read", "print values and a summary per rank");
+  auto* read =
+      tensor->add_subcommand("read", "print values and a summary per rank");
   read->add_option("name", read_args->name)->required();
   read->add_option("--rank,-r,--ranks", read_args->ranks, "default: all");
   read->add_option("--limit,-n", read_args->limit, "leading elements to print")

@@ -40,6 +40,28 @@ struct Tag {
   using type = T;
 };
 
+// float16 elements. gloo::float16 is not used for arithmetic here: its copy
+// assignment (Gloo 0.5 types.h) compares the new value with the old through
+// an int conversion of the raw bits and skips the copy when they happen to
+// match, so a result written over stale memory can keep the stale bits.
+struct Half {
+  uint16_t bits;
+};
+static_assert(sizeof(Half) == 2);
+float HalfToFloat(Half h) {
+  gloo::float16 g;
+  g.x = h.bits;
+  return gloo::cpu_half2float(g);
+}
+Half FloatToHalf(float f) { return Half{gloo::cpu_float2half_rn(f).x}; }
+Half operator+(Half a, Half b) {
+  return FloatToHalf(HalfToFloat(a) + HalfToFloat(b));
+}
+Half operator*(Half a, Half b) {
+  return FloatToHalf(HalfToFloat(a) * HalfToFloat(b));
+}
+bool operator<(Half a, Half b) { return HalfToFloat(a) < HalfToFloat(b); }
+
 // Calls f(Tag<T>{}) for the element types Gloo can reduce; false otherwise.
 template <typename F>
 bool DispatchReducible(DType dtype, F&& f) {
@@ -51,7 +73,7 @@ bool DispatchReducible(DType dtype, F&& f) {
       f(Tag<double>{});
       return true;
     case DType::kFloat16:
-      f(Tag<gloo::float16>{});
+      f(Tag<Half>{});
       return true;
     case DType::kInt8:
       f(Tag<int8_t>{});
@@ -74,8 +96,8 @@ bool CanReduce(DType dtype) {
   return DispatchReducible(dtype, [](auto) {});
 }
 
-// Integer sums wrap (as NCCL's do); gloo::float16 arithmetic goes through
-// float and rounds to nearest even.
+// Integer sums wrap (as NCCL's do); Half arithmetic goes through float and
+// rounds to nearest even.
 template <typename T>
 void SumFn(void* c, const void* a, const void* b, size_t n) {
   T* out = static_cast<T*>(c);
@@ -124,8 +146,8 @@ ReduceFunc ReduceFor(ReduceOp op) {
 
 template <typename T>
 double ToDouble(T v) {
-  if constexpr (std::is_same_v<T, gloo::float16>) {
-    return gloo::cpu_half2float(v);
+  if constexpr (std::is_same_v<T, Half>) {
+    return HalfToFloat(v);
   } else {
     return static_cast<double>(v);
   }
@@ -133,8 +155,8 @@ double ToDouble(T v) {
 
 template <typename T>
 T FromDouble(double v) {
-  if constexpr (std::is_same_v<T, gloo::float16>) {
-    return gloo::cpu_float2half_rn(static_cast<float>(v));
+  if constexpr (std::is_same_v<T, Half>) {
+    return FloatToHalf(static_cast<float>(v));
   } else if constexpr (std::is_integral_v<T>) {
     // Saturate and truncate toward zero, like StoreElement.
     if (std::isnan(v)) return 0;
@@ -369,12 +391,16 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
         T* work = rank_ == op.root ? static_cast<T*>(op.output)
                                    : reinterpret_cast<T*>(Scratch(bytes));
         const T* in = static_cast<const T*>(op.input);
+        // Gloo's reduce accumulates into the output buffer of every rank
+        // without first copying the input there, so a separate input would
+        // mix in whatever the buffer held (stale scratch off the root).
+        // Running in place on a copy avoids that.
         if (op.reduce_op == ReduceOp::kPremulSum) {
           ScaleCopy<T>(work, in, n, op.premul_scale);
-          in = work;
+        } else if (in != work) {
+          std::memcpy(static_cast<void*>(work), in, n * sizeof(T));
         }
         gloo::ReduceOptions opts(context_);
-        if (in != work) opts.setInput<T>(const_cast<T*>(in), n);
         opts.setOutput<T>(work, n);
         opts.setRoot(op.root);
         opts.setReduceFunction(ReduceFor<T>(op.reduce_op));

@@ -34,16 +34,12 @@ struct Case {
   bool async = false;
   int root = 0;
   std::string Name() const {
-    return absl::StrCat(v1::OpKind_Name(kind), " ", ReduceOpName(reduce), " ",
-                        DTypeName(dtype), " n=", n, in_place ? " in-place" : "",
-                        async ? " async" : "", " root=", root);
+    return absl::StrCat(
+        v1::OpKind_Name(kind), " ", std::string(ReduceOpName(reduce)), " ",
+        std::string(DTypeName(dtype)), " n=", n, in_place ? " in-place" : "",
+        async ? " async" : "", " root=", root);
   }
 };
-
-bool IsReduction(v1::OpKind kind) {
-  return kind == v1::OP_KIND_ALL_REDUCE || kind == v1::OP_KIND_REDUCE ||
-         kind == v1::OP_KIND_REDUCE_SCATTER;
-}
 
 // Small integers, exact in every dtype and whose sums and products over four
 // ranks stay exact too.
@@ -58,11 +54,22 @@ double Reduce(const Case& c, const std::vector<double>& values) {
   if (c.reduce == ReduceOp::kMin || c.reduce == ReduceOp::kMax) out = values[0];
   for (double v : values) {
     switch (c.reduce) {
-      case ReduceOp::kSum: case ReduceOp::kAvg: out += v; break;
-      case ReduceOp::kPremulSum: out += 2 * v; break;
-      case ReduceOp::kProd: out *= v; break;
-      case ReduceOp::kMin: out = std::min(out, v); break;
-      case ReduceOp::kMax: out = std::max(out, v); break;
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        out += v;
+        break;
+      case ReduceOp::kPremulSum:
+        out += 2 * v;
+        break;
+      case ReduceOp::kProd:
+        out *= v;
+        break;
+      case ReduceOp::kMin:
+        out = std::min(out, v);
+        break;
+      case ReduceOp::kMax:
+        out = std::max(out, v);
+        break;
     }
   }
   if (c.reduce == ReduceOp::kAvg) {
@@ -74,23 +81,30 @@ double Reduce(const Case& c, const std::vector<double>& values) {
 
 double Tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return 2e-3;
-    case DType::kBFloat16: return 1e-2;
-    case DType::kFloat32: return 1e-6;
-    case DType::kFloat64: return 1e-12;
-    default: return 0;
+    case DType::kFloat16:
+      return 2e-3;
+    case DType::kBFloat16:
+      return 1e-2;
+    case DType::kFloat32:
+      return 1e-6;
+    case DType::kFloat64:
+      return 1e-12;
+    default:
+      return 0;
   }
 }
 
 std::string Encode(DType dtype, const std::vector<double>& values) {
   std::string bytes(values.size() * DTypeSize(dtype), '\0');
-  for (size_t i = 0; i < values.size(); ++i) StoreElement(dtype, bytes.data(), i, values[i]);
+  for (size_t i = 0; i < values.size(); ++i)
+    StoreElement(dtype, bytes.data(), i, values[i]);
   return bytes;
 }
 
 std::vector<double> Decode(DType dtype, const std::string& bytes) {
   std::vector<double> values(bytes.size() / DTypeSize(dtype));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = LoadElement(dtype, bytes.data(), i);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = LoadElement(dtype, bytes.data(), i);
   return values;
 }
 
@@ -148,10 +162,13 @@ class ConformanceTest : public ::testing::TestWithParam<int> {
     op.set_async(async);
     auto results = client_->Collective(op);
     for (const auto& r : results) {
-      ASSERT_TRUE(r.result.ok()) << "rank " << r.rank << ": " << r.result.status();
+      ASSERT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
       if (async) {
-        auto waited = client_->Wait(r.rank, r.result->work_id(), std::chrono::seconds(30));
-        ASSERT_TRUE(waited.ok()) << "rank " << r.rank << ": " << waited.status();
+        auto waited = client_->Wait(r.rank, r.result->work_id(),
+                                    std::chrono::seconds(30));
+        ASSERT_TRUE(waited.ok())
+            << "rank " << r.rank << ": " << waited.status();
         EXPECT_EQ(waited->state(), v1::WORK_STATE_COMPLETED);
       }
     }
@@ -171,10 +188,19 @@ void ConformanceTest::Check(const Case& c) {
   // Element counts of the input and output buffers of one rank.
   int64_t in_len = n, out_len = n;
   switch (c.kind) {
-    case v1::OP_KIND_ALL_GATHER: case v1::OP_KIND_GATHER: out_len = w * n; break;
-    case v1::OP_KIND_REDUCE_SCATTER: case v1::OP_KIND_SCATTER: in_len = w * n; break;
-    case v1::OP_KIND_ALL_TO_ALL: in_len = out_len = w * n; break;
-    default: break;
+    case v1::OP_KIND_ALL_GATHER:
+    case v1::OP_KIND_GATHER:
+      out_len = w * n;
+      break;
+    case v1::OP_KIND_REDUCE_SCATTER:
+    case v1::OP_KIND_SCATTER:
+      in_len = w * n;
+      break;
+    case v1::OP_KIND_ALL_TO_ALL:
+      in_len = out_len = w * n;
+      break;
+    default:
+      break;
   }
   // In place, the large buffer is the only one (nccl-tests' convention).
   const int64_t buffer_len = std::max(in_len, out_len);
@@ -209,7 +235,8 @@ void ConformanceTest::Check(const Case& c) {
   const std::string result_name = c.in_place ? in : out;
   const double tolerance = Tolerance(c.dtype);
   for (int q = 0; q < w; ++q) {
-    if ((c.kind == v1::OP_KIND_REDUCE || c.kind == v1::OP_KIND_GATHER) && q != c.root) {
+    if ((c.kind == v1::OP_KIND_REDUCE || c.kind == v1::OP_KIND_GATHER) &&
+        q != c.root) {
       continue;  // undefined off the root, as in torch
     }
     const std::vector<double> got = Read(q, result_name, c.dtype);
@@ -217,7 +244,8 @@ void ConformanceTest::Check(const Case& c) {
     // Where the result starts in the buffer that holds it.
     int64_t offset = 0;
     switch (c.kind) {
-      case v1::OP_KIND_ALL_REDUCE: case v1::OP_KIND_REDUCE:
+      case v1::OP_KIND_ALL_REDUCE:
+      case v1::OP_KIND_REDUCE:
         for (int64_t i = 0; i < n; ++i) {
           std::vector<double> column;
           for (int r = 0; r < w; ++r) column.push_back(inputs[r][i]);
@@ -227,9 +255,11 @@ void ConformanceTest::Check(const Case& c) {
       case v1::OP_KIND_BROADCAST:
         for (int64_t i = 0; i < n; ++i) expected.push_back(inputs[c.root][i]);
         break;
-      case v1::OP_KIND_ALL_GATHER: case v1::OP_KIND_GATHER:
+      case v1::OP_KIND_ALL_GATHER:
+      case v1::OP_KIND_GATHER:
         for (int r = 0; r < w; ++r) {
-          for (int64_t i = 0; i < n; ++i) expected.push_back(contribution(r, i));
+          for (int64_t i = 0; i < n; ++i)
+            expected.push_back(contribution(r, i));
         }
         break;
       case v1::OP_KIND_REDUCE_SCATTER:
@@ -242,21 +272,25 @@ void ConformanceTest::Check(const Case& c) {
         break;
       case v1::OP_KIND_SCATTER:
         offset = c.in_place ? q * n : 0;
-        for (int64_t i = 0; i < n; ++i) expected.push_back(inputs[c.root][q * n + i]);
+        for (int64_t i = 0; i < n; ++i)
+          expected.push_back(inputs[c.root][q * n + i]);
         break;
       case v1::OP_KIND_ALL_TO_ALL:
         for (int r = 0; r < w; ++r) {
-          for (int64_t i = 0; i < n; ++i) expected.push_back(inputs[r][q * n + i]);
+          for (int64_t i = 0; i < n; ++i)
+            expected.push_back(inputs[r][q * n + i]);
         }
         break;
       default:
         break;
     }
-    ASSERT_GE(static_cast<int64_t>(got.size()), offset + static_cast<int64_t>(expected.size()))
+    ASSERT_GE(static_cast<int64_t>(got.size()),
+              offset + static_cast<int64_t>(expected.size()))
         << "rank " << q;
     int64_t wrong = 0;
     for (size_t i = 0; i < expected.size(); ++i) {
-      const double want = LoadElement(c.dtype, Encode(c.dtype, {expected[i]}).data(), 0);
+      const double want =
+          LoadElement(c.dtype, Encode(c.dtype, {expected[i]}).data(), 0);
       const double have = got[offset + i];
       if (std::fabs(have - want) > tolerance * std::max(1.0, std::fabs(want))) {
         if (wrong++ < 5) {
@@ -271,12 +305,12 @@ void ConformanceTest::Check(const Case& c) {
 }
 
 TEST_P(ConformanceTest, ReductionsEveryOpAndDtype) {
-  const std::vector<DType> dtypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                     DType::kInt32,   DType::kInt64,   DType::kInt8,
-                                     DType::kUInt8};
-  const std::vector<ReduceOp> reduces = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin,
-                                         ReduceOp::kMax, ReduceOp::kAvg,
-                                         ReduceOp::kPremulSum};
+  const std::vector<DType> dtypes = {
+      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32,
+      DType::kInt64,   DType::kInt8,    DType::kUInt8};
+  const std::vector<ReduceOp> reduces = {ReduceOp::kSum, ReduceOp::kProd,
+                                         ReduceOp::kMin, ReduceOp::kMax,
+                                         ReduceOp::kAvg, ReduceOp::kPremulSum};
   int variant = 0;
   for (v1::OpKind kind : {v1::OP_KIND_ALL_REDUCE, v1::OP_KIND_REDUCE,
                           v1::OP_KIND_REDUCE_SCATTER}) {
@@ -296,20 +330,21 @@ TEST_P(ConformanceTest, ReductionsEveryOpAndDtype) {
 }
 
 TEST_P(ConformanceTest, DataMovementEveryOpAndDtype) {
-  const std::vector<DType> dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
-                                     DType::kInt64,   DType::kUInt8,   DType::kFp8E4M3};
+  const std::vector<DType> dtypes = {DType::kFloat32,  DType::kFloat16,
+                                     DType::kBFloat16, DType::kInt64,
+                                     DType::kUInt8,    DType::kFp8E4M3};
   int variant = 0;
-  for (v1::OpKind kind : {v1::OP_KIND_BROADCAST, v1::OP_KIND_ALL_GATHER,
-                          v1::OP_KIND_GATHER, v1::OP_KIND_SCATTER,
-                          v1::OP_KIND_ALL_TO_ALL}) {
+  for (v1::OpKind kind :
+       {v1::OP_KIND_BROADCAST, v1::OP_KIND_ALL_GATHER, v1::OP_KIND_GATHER,
+        v1::OP_KIND_SCATTER, v1::OP_KIND_ALL_TO_ALL}) {
     for (DType dtype : dtypes) {
       for (int64_t n : {1, 7, 65537}) {
         for (bool in_place : {false, true}) {
           if (in_place && kind == v1::OP_KIND_ALL_TO_ALL) continue;
           ++variant;
           if (n == 65537 && dtype != DType::kFloat32) continue;
-          Case c{kind, ReduceOp::kSum, dtype, n, in_place, variant % 4 == 0,
-                 variant % world_};
+          Case c{kind,     ReduceOp::kSum,   dtype,           n,
+                 in_place, variant % 4 == 0, variant % world_};
           Check(c);
           if (HasFatalFailure()) return;
         }
@@ -321,9 +356,10 @@ TEST_P(ConformanceTest, DataMovementEveryOpAndDtype) {
 TEST_P(ConformanceTest, LargeAllReduceAndBroadcast) {
   // 64 MiB of float32 per rank.
   const int64_t n = 16 << 20;
-  Check(Case{v1::OP_KIND_ALL_REDUCE, ReduceOp::kSum, DType::kFloat32, n, false});
-  Check(Case{v1::OP_KIND_BROADCAST, ReduceOp::kSum, DType::kFloat32, n, true, true,
-             world_ - 1});
+  Check(
+      Case{v1::OP_KIND_ALL_REDUCE, ReduceOp::kSum, DType::kFloat32, n, false});
+  Check(Case{v1::OP_KIND_BROADCAST, ReduceOp::kSum, DType::kFloat32, n, true,
+             true, world_ - 1});
 }
 
 TEST_P(ConformanceTest, SendRecvBothDirectionsAndRing) {
@@ -341,9 +377,11 @@ TEST_P(ConformanceTest, SendRecvBothDirectionsAndRing) {
     rv.set_async(async);
     auto results = client_->PointToPoint({{from, s}, {to, rv}});
     for (const auto& r : results) {
-      ASSERT_TRUE(r.result.ok()) << "rank " << r.rank << ": " << r.result.status();
+      ASSERT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
       if (async && (r.rank == from || r.rank == to)) {
-        auto waited = client_->Wait(r.rank, r.result->work_id(), std::chrono::seconds(30));
+        auto waited = client_->Wait(r.rank, r.result->work_id(),
+                                    std::chrono::seconds(30));
         ASSERT_TRUE(waited.ok()) << waited.status();
       }
     }
@@ -383,7 +421,8 @@ TEST_P(ConformanceTest, BarrierAndValidationErrors) {
   bad.set_input("v.t");
   bad.set_root(world_);
   for (const auto& r : client_->Collective(bad)) {
-    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument) << r.rank;
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.rank;
   }
   // The cluster still serves the next op.
   RunEverywhere(barrier, false);
@@ -395,7 +434,8 @@ TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
   auto run_client = [&](int id) {
     auto client = cluster_->Client();
     ASSERT_TRUE(client.ok()) << client.status();
-    const std::string in = absl::StrCat("cc.in.", id), out = absl::StrCat("cc.out.", id);
+    const std::string in = absl::StrCat("cc.in.", id),
+                      out = absl::StrCat("cc.out.", id);
     for (int r = 0; r < world_; ++r) {
       v1::AllocTensorRequest request;
       request.mutable_spec()->set_name(in);
@@ -408,7 +448,11 @@ TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
     }
     for (int k = 0; k < kIterations; ++k) {
       for (int r = 0; r < world_; ++r) {
-        ASSERT_TRUE((*client)->Write(r, in, 0, Encode(DType::kInt64, {double(k + r), double(id)})).ok());
+        ASSERT_TRUE(
+            (*client)
+                ->Write(r, in, 0,
+                        Encode(DType::kInt64, {double(k + r), double(id)}))
+                .ok());
       }
       v1::OpRequest op;
       op.set_kind(v1::OP_KIND_ALL_REDUCE);
@@ -422,7 +466,8 @@ TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
       for (int r = 0; r < world_; ++r) {
         auto bytes = (*client)->Read(r, out, 0, 0);
         ASSERT_TRUE(bytes.ok());
-        ASSERT_EQ(Decode(DType::kInt64, *bytes), (std::vector<double>{want, double(world_ * id)}))
+        ASSERT_EQ(Decode(DType::kInt64, *bytes),
+                  (std::vector<double>{want, double(world_ * id)}))
             << "client " << id << " iteration " << k << " rank " << r;
       }
     }
@@ -432,8 +477,10 @@ TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
   b.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, ConformanceTest, ::testing::Values(2, 3, 4),
-                         [](const auto& info) { return absl::StrCat("world", info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ConformanceTest,
+                         ::testing::Values(2, 3, 4), [](const auto& info) {
+                           return absl::StrCat("world", info.param);
+                         });
 
 }  // namespace
 }  // namespace ccl

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -70,8 +71,10 @@ class CoordinatorIntegrationTest : public ::testing::Test {
 
   grpc::Status Register(const std::string& worker_id, v1::RegisterResponse* out,
                         int64_t timeout_ms = 10000,
-                        std::optional<int> rank = std::nullopt) {
+                        std::optional<int> rank = std::nullopt,
+                        bool include_members = true) {
     v1::RegisterRequest request;
+    request.set_include_members(include_members);
     request.set_address("127.0.0.1:" + std::to_string(40000 + counter_++));
     request.set_host("localhost");
     request.mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
@@ -102,7 +105,9 @@ TEST_F(CoordinatorIntegrationTest, ConcurrentWorkersFormOneWorld) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kWorld; ++i) {
     threads.emplace_back([&, i] {
-      statuses[i] = Register("worker-" + std::to_string(i), &responses[i]);
+      // Odd workers leave the member list out of their reply.
+      statuses[i] = Register("worker-" + std::to_string(i), &responses[i],
+                             10000, std::nullopt, i % 2 == 0);
     });
   }
   for (auto& t : threads) t.join();
@@ -110,7 +115,8 @@ TEST_F(CoordinatorIntegrationTest, ConcurrentWorkersFormOneWorld) {
   for (int i = 0; i < kWorld; ++i) {
     ASSERT_TRUE(statuses[i].ok()) << statuses[i].error_message();
     EXPECT_EQ(responses[i].generation(), 1);
-    EXPECT_EQ(responses[i].world().members_size(), kWorld);
+    EXPECT_EQ(responses[i].world().members_size(), i % 2 == 0 ? kWorld : 0);
+    EXPECT_EQ(responses[i].world().world_size(), kWorld);
     ranks.push_back(responses[i].rank());
   }
   std::sort(ranks.begin(), ranks.end());
@@ -128,13 +134,10 @@ TEST_F(CoordinatorIntegrationTest, ConcurrentWorkersFormOneWorld) {
   }
 
   // Heartbeat, carrying stats that GetWorld reports.
-  const v1::RegisterResponse& r0 =
-      *std::find_if(responses.begin(), responses.end(),
-                    [](const auto& r) { return r.rank() == 0; });
   v1::HeartbeatRequest hb;
   hb.set_rank(0);
   hb.set_generation(1);
-  hb.set_worker_id(r0.world().members(0).worker_id());
+  hb.set_worker_id(world.members(0).worker_id());
   hb.set_tensor_count(2);
   hb.set_tensor_bytes(1024);
   v1::HeartbeatResponse hb_out;
@@ -306,8 +309,14 @@ TEST_F(CoordinatorIntegrationTest, SigtermExitsCleanlyWhileCallsAreParked) {
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(milliseconds(20));
   }
+  auto signalled = std::chrono::steady_clock::now();
   ASSERT_TRUE(p->Signal(SIGTERM).ok());
   auto exit = p->WaitForExit(milliseconds(5000));
+  std::cerr << "exited "
+            << std::chrono::duration_cast<milliseconds>(
+                   std::chrono::steady_clock::now() - signalled)
+                   .count()
+            << " ms after SIGTERM\n";
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_TRUE(exit->exited) << exit->ToString();
   EXPECT_EQ(exit->code, 0) << exit->ToString();

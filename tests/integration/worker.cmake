@@ -9,3 +9,13 @@ target_compile_definitions(conformance_gloo_test PRIVATE CCL_CONFORMANCE_DEVICE=
 ccl_target_defaults(conformance_gloo_test)
 add_test(NAME conformance_gloo_test COMMAND conformance_gloo_test)
 set_tests_properties(conformance_gloo_test PROPERTIES LABELS integration TIMEOUT 600)
+
+add_executable(ccctl_integration_test ${CMAKE_CURRENT_LIST_DIR}/ccctl_test.cc)
+target_link_libraries(ccctl_integration_test PRIVATE ccl_local_cluster
+  nlohmann_json::nlohmann_json GTest::gtest_main)
+target_compile_definitions(ccctl_integration_test PRIVATE
+  CCL_EXAMPLES_DIR="${PROJECT_SOURCE_DIR}/examples")
+add_dependencies(ccctl_integration_test ccctl)
+ccl_target_defaults(ccctl_integration_test)
+add_test(NAME ccctl_integration_test COMMAND ccctl_integration_test)
+set_tests_properties(ccctl_integration_test PROPERTIES LABELS integration TIMEOUT 600)

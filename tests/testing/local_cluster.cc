@@ -18,7 +18,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 
   std::vector<std::string> coordinator_args = {
       "--world-size", absl::StrCat(options.workers), "--listen", "127.0.0.1:0"};
-  coordinator_args.insert(coordinator_args.end(), options.coordinator_args.begin(),
+  coordinator_args.insert(coordinator_args.end(),
+                          options.coordinator_args.begin(),
                           options.coordinator_args.end());
   auto coordinator = Subprocess::Start(*cccoord, coordinator_args);
   if (!coordinator.ok()) return coordinator.status();
@@ -29,10 +30,16 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
 
   for (int i = 0; i < options.workers; ++i) {
     std::vector<std::string> args = {
-        "--coordinator", cluster->coordinator_address_, "--listen", "127.0.0.1:0",
-        "--rank", absl::StrCat(i), "--device",
+        "--coordinator",
+        cluster->coordinator_address_,
+        "--listen",
+        "127.0.0.1:0",
+        "--rank",
+        absl::StrCat(i),
+        "--device",
         options.device == "cuda" ? absl::StrCat("cuda:", i) : options.device};
-    args.insert(args.end(), options.worker_args.begin(), options.worker_args.end());
+    args.insert(args.end(), options.worker_args.begin(),
+                options.worker_args.end());
     Subprocess::Options process_options;
     process_options.name = absl::StrCat("ccworker-", i);
     auto worker = Subprocess::Start(*ccworker, args, process_options);
@@ -44,7 +51,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     if (!worker_port.ok()) return worker_port.status();
   }
   // Ready when the world is complete and every worker has its communicator.
-  const auto deadline = std::chrono::steady_clock::now() + options.ready_timeout;
+  const auto deadline =
+      std::chrono::steady_clock::now() + options.ready_timeout;
   absl::Status last = absl::UnavailableError("not ready");
   while (std::chrono::steady_clock::now() < deadline) {
     auto client = cluster->Client(std::chrono::seconds(5));
@@ -86,7 +94,8 @@ void LocalCluster::DumpLogsOnFailure() const {
 LocalCluster::~LocalCluster() {
   DumpLogsOnFailure();
   for (auto& worker : workers_) (void)worker->Signal(SIGTERM);
-  for (auto& worker : workers_) (void)worker->WaitForExit(std::chrono::seconds(5));
+  for (auto& worker : workers_)
+    (void)worker->WaitForExit(std::chrono::seconds(5));
   workers_.clear();
   coordinator_.reset();
 }

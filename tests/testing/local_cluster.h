@@ -26,7 +26,9 @@ class LocalCluster {
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
       LocalClusterOptions options);
 
-  const std::string& coordinator_address() const { return coordinator_address_; }
+  const std::string& coordinator_address() const {
+    return coordinator_address_;
+  }
   Subprocess& coordinator() { return *coordinator_; }
   Subprocess& worker(int i) { return *workers_[i]; }
   int size() const { return static_cast<int>(workers_.size()); }

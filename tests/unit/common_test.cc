@@ -32,7 +32,7 @@ TEST(ElementTest, HalfMatchesKnownEncodings) {
   EXPECT_EQ(DoubleToHalf(1.0), 0x3C00);
   EXPECT_EQ(DoubleToHalf(-2.0), 0xC000);
   EXPECT_EQ(DoubleToHalf(65504.0), 0x7BFF);
-  EXPECT_EQ(DoubleToHalf(1e6), 0x7C00);  // overflow -> inf
+  EXPECT_EQ(DoubleToHalf(1e6), 0x7C00);                    // overflow -> inf
   EXPECT_EQ(DoubleToHalf(5.960464477539063e-08), 0x0001);  // smallest subnormal
   EXPECT_DOUBLE_EQ(HalfToDouble(0x3555), 0.333251953125);
   EXPECT_TRUE(std::isnan(HalfToDouble(DoubleToHalf(NAN))));

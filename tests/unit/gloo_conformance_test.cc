@@ -669,38 +669,56 @@ TEST(GlooValidation, RefusesBadOpsBeforeQueueing) {
         << status << " should mention " << mention;
   };
   using S = absl::StatusCode;
-  expect(S::kInvalidArgument, Op(OpKind::kAllReduce, 0, "f4", "f5"), "f5");
-  expect(S::kInvalidArgument, Op(OpKind::kAllReduce, 0, "f4", "i4"), "int32");
-  expect(S::kNotFound, Op(OpKind::kAllGather, 0, "f4", "f4x"), "f4x");
-  expect(S::kInvalidArgument, Op(OpKind::kAllGather, 0, "f4", "f5"), "f5");
-  expect(S::kInvalidArgument, Op(OpKind::kReduceScatter, 0, "f5"), "multiple");
-  expect(S::kInvalidArgument, Op(OpKind::kAllToAll, 0, "f5"), "f5");
-  expect(S::kInvalidArgument, Op(OpKind::kScatter, 0, "f5", "f4"), "f5");
-  expect(S::kInvalidArgument, Op(OpKind::kAllReduce, 0), "input");
-  expect(S::kNotFound, Op(OpKind::kAllReduce, 0, "missing"), "missing");
-  expect(S::kNotFound, Op(OpKind::kAllReduce, 0, "f4", "gone"), "gone");
+  // Each refused op still takes its seq; rank 1 sees nops there, as ranks
+  // outside an op do.
+  int64_t seq = 0;
+  auto next = [&](OpSpec spec) {
+    spec.seq = seq;
+    EXPECT_TRUE(w[1].Submit(Op(OpKind::kNop, seq)).ok());
+    ++seq;
+    return spec;
+  };
+  expect(S::kInvalidArgument, next(Op(OpKind::kAllReduce, 0, "f4", "f5")),
+         "f5");
+  expect(S::kInvalidArgument, next(Op(OpKind::kAllReduce, 0, "f4", "i4")),
+         "int32");
+  expect(S::kNotFound, next(Op(OpKind::kAllGather, 0, "f4", "f4x")), "f4x");
+  expect(S::kInvalidArgument, next(Op(OpKind::kAllGather, 0, "f4", "f5")),
+         "f5");
+  expect(S::kInvalidArgument, next(Op(OpKind::kReduceScatter, 0, "f5")),
+         "multiple");
+  expect(S::kInvalidArgument, next(Op(OpKind::kAllToAll, 0, "f5")), "f5");
+  expect(S::kInvalidArgument, next(Op(OpKind::kScatter, 0, "f5", "f4")), "f5");
+  expect(S::kInvalidArgument, next(Op(OpKind::kAllReduce, 0)), "input");
+  expect(S::kNotFound, next(Op(OpKind::kAllReduce, 0, "missing")), "missing");
+  expect(S::kNotFound, next(Op(OpKind::kAllReduce, 0, "f4", "gone")), "gone");
   OpSpec rooted = Op(OpKind::kBroadcast, 0, "f4");
   rooted.root = 2;
-  expect(S::kInvalidArgument, rooted, "root 2");
+  expect(S::kInvalidArgument, next(rooted), "root 2");
   rooted.root = -1;
-  expect(S::kInvalidArgument, rooted, "root -1");
-  OpSpec group = Op(OpKind::kBarrier, 0);
+  expect(S::kInvalidArgument, next(rooted), "root -1");
+  // An unknown group or generation names no executor, so no seq is taken.
+  OpSpec group = Op(OpKind::kBarrier, seq);
   group.group = "tp0";
   expect(S::kNotFound, group, "tp0");
-  OpSpec generation = Op(OpKind::kBarrier, 0);
+  OpSpec generation = Op(OpKind::kBarrier, seq);
   generation.generation = 7;
   expect(S::kFailedPrecondition, generation, "generation");
-  expect(S::kUnimplemented, Op(OpKind::kAllReduce, 0, "bf"), "bfloat16");
-  expect(S::kUnimplemented, Op(OpKind::kReduceScatter, 0, "e4"), "fp8_e4m3");
+  expect(S::kUnimplemented, next(Op(OpKind::kAllReduce, 0, "bf")), "bfloat16");
+  expect(S::kUnimplemented, next(Op(OpKind::kReduceScatter, 0, "e4")),
+         "fp8_e4m3");
   OpSpec reduce = Op(OpKind::kReduce, 0, "bf");
-  expect(S::kUnimplemented, reduce, "NCCL");
-  // None of that took a seq: seq 0 is still free, and bfloat16 moves fine.
-  auto a = SubmitOk(w[0], Op(OpKind::kBroadcast, 0, "bf"));
+  expect(S::kUnimplemented, next(reduce), "NCCL");
+  // A refused seq cannot be reused, and the next seq runs at once (well
+  // within the 20 s gap timeout) with bfloat16 moving fine.
+  EXPECT_EQ(c.Submit(Op(OpKind::kBarrier, 0)).status().code(),
+            S::kAlreadyExists);
+  auto a = SubmitOk(w[0], Op(OpKind::kBroadcast, seq, "bf"));
   ASSERT_TRUE(
       w[1].Alloc(Spec("bf", DType::kBFloat16, 4), {FillKind::kArange}).ok());
-  auto b = SubmitOk(w[1], Op(OpKind::kBroadcast, 0, "bf"));
-  ASSERT_TRUE(a->Wait(kWait).ok());
-  ASSERT_TRUE(b->Wait(kWait).ok());
+  auto b = SubmitOk(w[1], Op(OpKind::kBroadcast, seq, "bf"));
+  ASSERT_TRUE(a->Wait(std::chrono::seconds(5)).ok()) << a->status();
+  ASSERT_TRUE(b->Wait(std::chrono::seconds(5)).ok()) << b->status();
   EXPECT_EQ(ReadAll(w[1], "bf"), (std::vector<double>{0, 0, 0, 0}));
 }
 
@@ -873,6 +891,37 @@ TEST(GlooLarge, SixteenMiBAllReduce) {
       if (got[i] != want) ++wrong;
     }
     EXPECT_EQ(wrong, 0) << "rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace ccl
+
+namespace ccl {
+namespace {
+
+// gloo::float16's copy assignment skips the copy when the old bits, read as
+// an integer, encode to the new value. A reduction accumulating in place
+// over such bits must still be right: here the old bits 0x0002 (a tiny
+// subnormal, or the int 2) meet a sum that rounds to 2.0.
+TEST(GlooFloat16, InPlaceSumOverBitsThatLookLikeTheResult) {
+  World w(2);
+  const uint16_t rank0[3] = {0x0002, 0x0004, 0x0001};
+  const uint16_t rank1[3] = {0x4000, 0x4400, 0x3C00};  // 2.0, 4.0, 1.0
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(w[r].Alloc(Spec("x", DType::kFloat16, 3), {}).ok());
+    ASSERT_TRUE(
+        w[r].Write("x", 0, std::as_bytes(std::span(r == 0 ? rank0 : rank1)))
+            .ok());
+  }
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < 2; ++r) {
+    works.push_back(SubmitOk(w[r], Op(OpKind::kAllReduce, 0, "x")));
+  }
+  for (auto& work : works)
+    ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ReadAll(w[r], "x"), (std::vector<double>{2.0, 4.0, 1.0})) << r;
   }
 }
 

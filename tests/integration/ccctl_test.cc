@@ -1,0 +1,228 @@
+// Runs the real ccctl binary against a real local cluster: every subcommand,
+// table and JSON output, exit codes, and every example in examples/.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/local_cluster.h"
+
+namespace ccl {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+class CcctlTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    testing::LocalClusterOptions options;
+    options.workers = 4;
+    options.worker_args = {"--op-timeout-ms", "10000", "--seq-gap-timeout-ms",
+                           "5000"};
+    auto cluster = testing::LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+    dir_ = fs::temp_directory_path() / absl::StrCat("ccctl_test.", getpid());
+    fs::create_directories(dir_);
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    fs::remove_all(dir_);
+  }
+
+  // Runs ccctl with `args` against the cluster (or `coordinator`).
+  Result Ccctl(const std::string& args, const std::string& coordinator = "") {
+    auto binary = testing::BinaryPath("ccctl");
+    EXPECT_TRUE(binary.ok()) << binary.status();
+    const std::string out = (dir_ / "out").string(),
+                      err = (dir_ / "err").string();
+    const std::string command = absl::StrCat(
+        "CCCTL_STATE_DIR=", (dir_ / "state").string(), " ", *binary,
+        " --coordinator ",
+        coordinator.empty() ? cluster_->coordinator_address() : coordinator,
+        " ", args, " >", out, " 2>", err, " </dev/null");
+    const int status = std::system(command.c_str());
+    Result result;
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = Slurp(out);
+    result.err = Slurp(err);
+    return result;
+  }
+
+  void TearDown() override {
+    if (HasFailure()) cluster_->DumpLogsOnFailure();
+  }
+
+  static testing::LocalCluster* cluster_;
+  static fs::path dir_;
+};
+
+testing::LocalCluster* CcctlTest::cluster_ = nullptr;
+fs::path CcctlTest::dir_;
+
+TEST_F(CcctlTest, StatusTableAndJson) {
+  Result table = Ccctl("status");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("world size:  4 (complete)"), std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("gloo"), std::string::npos);
+  Result json = Ccctl("status -o json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  auto document = nlohmann::json::parse(json.out);
+  EXPECT_EQ(document["world_size"], 4);
+  EXPECT_EQ(document["members"].size(), 4u);
+  EXPECT_EQ(document["workers"].size(), 4u);
+}
+
+TEST_F(CcctlTest, HelloWorldAllReducePrintsTenOnEveryRank) {
+  Result table = Ccctl("allreduce --op sum");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  std::istringstream lines(table.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("RANK", 0) == 0) continue;
+    EXPECT_NE(line.find("[10.0]"), std::string::npos) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 4);
+  Result json = Ccctl("allreduce --op max -o json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  for (const auto& entry : nlohmann::json::parse(json.out)) {
+    EXPECT_EQ(entry["values"][0], 4.0);
+    EXPECT_TRUE(entry.contains("time_us"));
+    EXPECT_TRUE(entry.contains("rank"));
+  }
+}
+
+TEST_F(CcctlTest, EveryCollectiveSubcommand) {
+  struct Expect {
+    std::string args;
+    std::string value;  // printed on every rank whose result is defined
+  };
+  const std::vector<Expect> cases = {
+      {"broadcast --src 2", "[3.0]"},
+      {"reduce --op sum --dst 1", "[10.0]"},
+      {"allgather", "[1.0, 2.0, 3.0, 4.0]"},
+      {"reducescatter --op sum", "[10.0]"},
+      {"gather --dst 0", "[1.0, 2.0, 3.0, 4.0]"},
+      {"scatter --src 3", "[4.0]"},
+      {"alltoall", "[1.0, 2.0, 3.0, 4.0]"},
+      {"allreduce --op avg --dtype float64", "[2.5]"},
+      {"allreduce --op prod --dtype int32", "[24]"},
+      {"allreduce --op min --count 3", "[1.0, 1.0, 1.0]"},
+  };
+  for (const auto& c : cases) {
+    Result r = Ccctl(c.args);
+    ASSERT_EQ(r.exit_code, 0) << c.args << ": " << r.err;
+    EXPECT_NE(r.out.find(c.value), std::string::npos) << c.args << ":\n"
+                                                      << r.out;
+  }
+  Result barrier = Ccctl("barrier");
+  EXPECT_EQ(barrier.exit_code, 0) << barrier.err;
+}
+
+TEST_F(CcctlTest, TensorLifecycleSendRecvAndAsync) {
+  ASSERT_EQ(Ccctl("tensor alloc t --shape 2,3 --dtype float32 --fill rank+1")
+                .exit_code,
+            0);
+  Result ls = Ccctl("tensor ls");
+  EXPECT_NE(ls.out.find("[2,3]"), std::string::npos) << ls.out;
+  ASSERT_EQ(Ccctl("tensor write t --rank 0 --values 1,2,3,4,5,6").exit_code, 0);
+  Result sent = Ccctl("send --tensor t --from 0 --to 3");
+  ASSERT_EQ(sent.exit_code, 0) << sent.err;
+  Result read = Ccctl("tensor read t --rank 3");
+  EXPECT_NE(read.out.find("[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]"), std::string::npos)
+      << read.out;
+
+  Result async = Ccctl("allreduce --tensor t --op sum --async -o json");
+  ASSERT_EQ(async.exit_code, 0) << async.err;
+  std::vector<std::string> ids;
+  for (const auto& entry : nlohmann::json::parse(async.out)) {
+    ids.push_back(entry["work"].get<std::string>());
+  }
+  ASSERT_EQ(ids.size(), 4u);
+  Result waited = Ccctl("wait " + absl::StrJoin(ids, " "));
+  ASSERT_EQ(waited.exit_code, 0) << waited.err;
+  EXPECT_NE(waited.out.find("completed"), std::string::npos) << waited.out;
+  // Ranks 1..3 held rank+1 = 2, 3, 4 and rank 3 had received 1..6 from rank 0.
+  Result summed = Ccctl("tensor read t --rank 0 -o json");
+  auto values = nlohmann::json::parse(summed.out)[0]["values"];
+  EXPECT_EQ(values[0], 1 + 2 + 3 + 1.0);
+  ASSERT_EQ(Ccctl("tensor free t").exit_code, 0);
+  EXPECT_EQ(Ccctl("tensor ls").out.find(" t "), std::string::npos);
+}
+
+TEST_F(CcctlTest, ExitCodes) {
+  // Bad usage: 2, before any RPC.
+  EXPECT_EQ(Ccctl("allreduce --op xor").exit_code, 2);
+  EXPECT_EQ(Ccctl("no-such-command").exit_code, 2);
+  EXPECT_EQ(Ccctl("tensor alloc x --dtype float7").exit_code, 2);
+  EXPECT_EQ(Ccctl("broadcast --src 9").exit_code, 2);
+  // RPC errors: 1, with the status name on stderr.
+  Result unknown = Ccctl("tensor read nope");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("NOT_FOUND"), std::string::npos) << unknown.err;
+  ASSERT_EQ(Ccctl("tensor alloc m --shape 3").exit_code, 0);
+  Result mismatch = Ccctl("alltoall --tensor m");
+  EXPECT_EQ(mismatch.exit_code, 1);
+  EXPECT_NE(mismatch.err.find("INVALID_ARGUMENT"), std::string::npos)
+      << mismatch.err;
+  EXPECT_EQ(Ccctl("tensor free m").exit_code, 0);
+  // The cluster still works after the refused op.
+  EXPECT_EQ(Ccctl("allreduce").exit_code, 0);
+  Result down = Ccctl("status --timeout 2s", "127.0.0.1:1");
+  EXPECT_EQ(down.exit_code, 1);
+  EXPECT_NE(down.err.find("UNAVAILABLE"), std::string::npos) << down.err;
+}
+
+TEST_F(CcctlTest, BenchPrintsNcclTestsColumns) {
+  Result bench = Ccctl("bench all_reduce -b 8 -e 64K -f 8 -n 3 -w 1 -c 1");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("busbw"), std::string::npos);
+  EXPECT_NE(bench.out.find("# Out of bounds values : 0 OK"), std::string::npos)
+      << bench.out;
+  EXPECT_NE(bench.out.find("# Avg bus bandwidth"), std::string::npos);
+  Result json = Ccctl("bench all_gather -b 1K -e 4K -n 2 -w 1 -c 1 -o json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["rows"].size(), 3u);
+}
+
+TEST_F(CcctlTest, EveryExamplePasses) {
+  int examples = 0;
+  for (const auto& entry : fs::directory_iterator(CCL_EXAMPLES_DIR)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++examples;
+    Result run = Ccctl("run " + entry.path().string());
+    EXPECT_EQ(run.exit_code, 0) << entry.path() << "\n" << run.out << run.err;
+  }
+  EXPECT_GE(examples, 10);
+}
+
+TEST_F(CcctlTest, CompletionScript) {
+  Result completion = Ccctl("completion bash");
+  EXPECT_EQ(completion.exit_code, 0);
+  EXPECT_NE(completion.out.find("complete -F _ccctl ccctl"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ccl
