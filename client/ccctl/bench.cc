@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +60,62 @@ struct Row {
   int64_t wrong[2] = {0, 0};
   double e2e_us = 0;
 };
+
+// Draws busbw against size with Debian's python3-matplotlib; the script
+// travels inside ccctl so that no install path has to be found.
+constexpr char kPlotScript[] = R"PY(
+import csv, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = list(csv.DictReader(sys.stdin))
+sizes = [int(r["size"]) for r in rows]
+fig, ax = plt.subplots(figsize=(8, 4.5))
+ax.plot(sizes, [float(r["busbw"]) for r in rows], "o-", label="out-of-place")
+ax.plot(sizes, [float(r["ip_busbw"]) for r in rows], "s--", label="in-place")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("size (bytes)")
+ax.set_ylabel("busbw (GB/s)")
+ax.set_title("ccctl bench %s, %s ranks" % (rows[0]["op"], sys.argv[2]) if rows else "ccctl bench")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend()
+fig.tight_layout()
+fig.savefig(sys.argv[1], dpi=120)
+)PY";
+
+absl::Status Plot(const std::string& csv_text, const std::string& png,
+                  int ranks) {
+  char script_path[] = "/tmp/ccctl-plot-XXXXXX";
+  const int fd = mkstemp(script_path);
+  if (fd < 0)
+    return absl::InternalError("cannot create a temporary file for the plot");
+  const ssize_t written = write(fd, kPlotScript, sizeof(kPlotScript) - 1);
+  close(fd);
+  if (written != static_cast<ssize_t>(sizeof(kPlotScript) - 1)) {
+    unlink(script_path);
+    return absl::InternalError("cannot write the plot script");
+  }
+  // Debian's interpreter first: that is where python3-matplotlib installs.
+  const char* python =
+      access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+  const std::string command =
+      absl::StrCat(python, " ", script_path, " '", png, "' ", ranks);
+  FILE* pipe = popen(command.c_str(), "w");
+  if (pipe == nullptr) {
+    unlink(script_path);
+    return absl::UnavailableError("cannot run python3 for --plot");
+  }
+  fwrite(csv_text.data(), 1, csv_text.size(), pipe);
+  const int status = pclose(pipe);
+  unlink(script_path);
+  if (status != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("drawing ", png,
+                     " failed; --plot needs python3 with matplotlib "
+                     "(Debian: python3-matplotlib)"));
+  }
+  return absl::OkStatus();
+}
 
 const BenchOp* FindOp(const std::string& name) {
   std::string wanted = name;
@@ -255,16 +313,22 @@ int RunBench(Globals& globals, const BenchArgs& args) {
       reduction ? std::string(ReduceOpName(*reduce)) : "none";
   const int root = rooted ? args.root : -1;
 
-  if (!args.csv.empty()) {
-    std::ofstream csv(args.csv);
-    csv << "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
-           "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us\n";
-    for (const Row& r : rows) {
-      csv << absl::StrFormat(
-          "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f\n",
-          op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
-          r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
-          r.busbw[1], r.wrong[1], r.e2e_us);
+  std::string csv_text =
+      "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
+      "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us\n";
+  for (const Row& r : rows) {
+    csv_text += absl::StrFormat(
+        "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f\n",
+        op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
+        r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
+        r.busbw[1], r.wrong[1], r.e2e_us);
+  }
+  if (!args.csv.empty()) std::ofstream(args.csv) << csv_text;
+  bool plot_failed = false;
+  if (!args.plot.empty()) {
+    if (absl::Status plotted = Plot(csv_text, args.plot, n); !plotted.ok()) {
+      Fail(plotted);
+      plot_failed = true;
     }
   }
   if (globals.json()) {
@@ -320,7 +384,7 @@ int RunBench(Globals& globals, const BenchArgs& args) {
     std::cout << absl::StrFormat("# Avg bus bandwidth    : %g \n#\n",
                                  avg_busbw);
   }
-  return wrong_total == 0 ? kExitOk : kExitFailure;
+  return wrong_total == 0 && !plot_failed ? kExitOk : kExitFailure;
 }
 
 }  // namespace
@@ -349,6 +413,9 @@ void AddBenchCommand(CLI::App& app, Globals& globals, int& exit_code) {
       ->capture_default_str();
   bench->add_flag("--e2e", args->e2e, "add the time a client sees per op");
   bench->add_option("--csv", args->csv, "also write the rows to this CSV file");
+  bench->add_option(
+      "--plot", args->plot,
+      "draw busbw against size into this PNG (python3-matplotlib)");
   bench->callback([&, args] { exit_code = RunBench(globals, *args); });
 }
 
