@@ -1,0 +1,184 @@
+// The worker daemon's life and its guarantees on bad input, with real
+// processes: quota, streaming of tensors larger than any message, the
+// unmatched recv, unknown work ids, and a clean exit on SIGTERM.
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/element.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+
+namespace ccl {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+v1::AllocTensorRequest Float32(const std::string& name, int64_t numel,
+                               v1::FillKind fill = v1::FILL_KIND_ZEROS) {
+  v1::AllocTensorRequest request;
+  request.mutable_spec()->set_name(name);
+  request.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
+  request.mutable_spec()->add_shape(numel);
+  request.mutable_spec()->mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
+  request.mutable_fill()->set_kind(fill);
+  return request;
+}
+
+std::unique_ptr<testing::LocalCluster> StartCluster(
+    std::vector<std::string> worker_args) {
+  testing::LocalClusterOptions options;
+  options.workers = 2;
+  options.worker_args = std::move(worker_args);
+  auto cluster = testing::LocalCluster::Start(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
+}
+
+TEST(WorkerLifecycleTest, QuotaIsResourceExhaustedAndNothingIsLost) {
+  auto cluster = StartCluster({"--quota-bytes", "1048576"});
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client();
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(
+      (*client)->Alloc(0, Float32("keep", 1024, v1::FILL_KIND_ONES)).ok());
+  auto over = (*client)->Alloc(0, Float32("big", 1 << 20));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("quota"), std::string::npos)
+      << over.status();
+  // Still healthy, the other tensor intact, and smaller allocations work.
+  auto summary = (*client)->Summarize(0, "keep", 4);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->sum(), 1024.0);
+  EXPECT_TRUE((*client)->Alloc(0, Float32("small", 1024)).ok());
+  auto list = (*client)->List(0);
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->tensors_size(), 2);
+  EXPECT_EQ(list->bytes_in_use(), 8192);
+  EXPECT_EQ(list->quota_bytes(), 1048576);
+}
+
+TEST(WorkerLifecycleTest, TensorsLargerThanAnyMessageStreamInChunks) {
+  auto cluster = StartCluster({});
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client();
+  ASSERT_TRUE(client.ok());
+  // 64 MiB: four times the largest message the worker accepts.
+  const int64_t n = 16 << 20;
+  ASSERT_TRUE((*client)->Alloc(1, Float32("big", n)).ok());
+  std::string bytes(n * 4, '\0');
+  for (int64_t i = 0; i < n; ++i)
+    StoreElement(DType::kFloat32, bytes.data(), i, i % 1000);
+  auto written = (*client)->Write(1, "big", 0, bytes);
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto read = (*client)->Read(1, "big", 0, 0);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(*read == bytes);
+  // A slice reads only its range.
+  auto slice = (*client)->Read(1, "big", 999, 3);
+  ASSERT_TRUE(slice.ok());
+  ASSERT_EQ(slice->size(), 12u);
+  EXPECT_EQ(LoadElement(DType::kFloat32, slice->data(), 0), 999);
+  EXPECT_EQ(LoadElement(DType::kFloat32, slice->data(), 1), 0);
+  // Out of range is refused, not truncated.
+  EXPECT_FALSE((*client)->Read(1, "big", n, 1).ok());
+  EXPECT_FALSE((*client)->Write(1, "big", n * 4 - 2, "abcd").ok());
+}
+
+TEST(WorkerLifecycleTest, UnmatchedRecvFailsInBoundedTimeAndTheWorkerServes) {
+  auto cluster = StartCluster({"--op-timeout-ms", "60000"});
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client(seconds(10));
+  ASSERT_TRUE(client.ok());
+  for (int r = 0; r < 2; ++r)
+    ASSERT_TRUE((*client)->Alloc(r, Float32("t", 3)).ok());
+  // The tutorial's trap: rank 1 receives from a rank 0 that never sends.
+  v1::OpRequest recv;
+  recv.set_kind(v1::OP_KIND_RECV);
+  recv.set_input("t");
+  recv.set_peer(0);
+  recv.set_timeout_ms(1500);
+  const auto start = std::chrono::steady_clock::now();
+  auto results = (*client)->PointToPoint({{1, recv}});
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].result.ok()) << results[0].result.status();  // nop
+  EXPECT_EQ(results[1].result.status().code(),
+            absl::StatusCode::kDeadlineExceeded)
+      << results[1].result.status();
+  EXPECT_NE(results[1].result.status().message().find("recv"),
+            std::string::npos);
+  EXPECT_LT(elapsed, seconds(8));
+  // The worker is up, its tensors intact, and it answers.
+  auto info = (*client)->Info(1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tensor_count(), 1);
+  EXPECT_TRUE((*client)->Summarize(1, "t", 3).ok());
+}
+
+TEST(WorkerLifecycleTest, AsyncWorkIdsTestWaitAndUnknownIds) {
+  auto cluster = StartCluster({});
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client();
+  ASSERT_TRUE(client.ok());
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE((*client)
+                    ->Alloc(r, Float32("a", 1000, v1::FILL_KIND_RANK_PLUS_ONE))
+                    .ok());
+  }
+  v1::OpRequest op;
+  op.set_kind(v1::OP_KIND_ALL_REDUCE);
+  op.set_input("a");
+  op.set_async(true);
+  auto results = (*client)->Collective(op);
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.result.ok()) << r.result.status();
+    EXPECT_GT(r.result->work_id(), 0);
+    auto tested = (*client)->Test(r.rank, r.result->work_id());
+    ASSERT_TRUE(tested.ok());
+    auto waited = (*client)->Wait(r.rank, r.result->work_id(), seconds(10));
+    ASSERT_TRUE(waited.ok()) << waited.status();
+    EXPECT_EQ(waited->state(), v1::WORK_STATE_COMPLETED);
+    EXPECT_EQ(waited->kind(), v1::OP_KIND_ALL_REDUCE);
+    EXPECT_GT(waited->timing().total_us(), 0);
+    // A waited work is forgotten.
+    EXPECT_EQ((*client)
+                  ->Wait(r.rank, r.result->work_id(), seconds(1))
+                  .status()
+                  .code(),
+              absl::StatusCode::kNotFound);
+  }
+  EXPECT_EQ((*client)->Test(0, 987654).status().code(),
+            absl::StatusCode::kNotFound);
+  auto summary = (*client)->Summarize(0, "a", 1);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->head(0), 3.0);
+}
+
+TEST(WorkerLifecycleTest, SigtermDeregistersAndExitsZero) {
+  auto cluster = StartCluster({});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->worker(1).Signal(SIGTERM).ok());
+  auto exit = cluster->worker(1).WaitForExit(seconds(10));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(exit->exited) << exit->ToString();
+  EXPECT_EQ(exit->code, 0) << exit->ToString();
+  auto client = cluster->Client();
+  ASSERT_TRUE(client.ok());
+  const v1::World& world = (*client)->world();
+  EXPECT_EQ(world.state(), v1::WORLD_STATE_DEGRADED);
+  for (const auto& member : world.members()) {
+    if (member.rank() == 1) {
+      EXPECT_EQ(member.state(), v1::MEMBER_STATE_LEFT);
+    }
+  }
+  // The other worker is still up.
+  EXPECT_TRUE((*client)->Info(0).ok());
+}
+
+}  // namespace
+}  // namespace ccl
