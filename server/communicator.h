@@ -46,6 +46,11 @@ struct BoundOp {
   // Matches the op across ranks: the group's sequence number.
   int64_t seq = 0;
   std::chrono::milliseconds timeout{60000};
+  // Ranks first agree that they run the same op (kind, dtype, count, root,
+  // peer), so a mismatch fails cleanly on every rank instead of corrupting
+  // memory or taking the process down. A benchmark loop agrees once, then
+  // turns this off so that the figure is the op alone.
+  bool agree_first = true;
 };
 
 // Completion handle of one launched op.

@@ -12,6 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/alltoall.h"
@@ -206,6 +208,69 @@ bool LooksLikeTimeout(const std::string& message) {
          absl::StrContains(message, "timeout");
 }
 
+// What ranks compare before an op moves data. Gloo trusts the sizes it is
+// given: a peer sending more bytes than this rank posted fails an enforce in
+// Gloo's transport thread, which ends the process, and dtypes of one size
+// would silently mix. Fixed size, so the exchange itself cannot mismatch.
+struct Fingerprint {
+  int32_t rank;
+  int32_t kind;
+  int32_t dtype;
+  int32_t reduce_op;
+  int64_t count;
+  int32_t root;
+  int32_t peer;
+};
+static_assert(sizeof(Fingerprint) == 32);
+
+Fingerprint FingerprintOf(const BoundOp& op, int rank) {
+  const bool reduction = IsReduction(op.kind);
+  const bool rooted = HasRoot(op.kind);
+  return Fingerprint{rank,
+                     static_cast<int32_t>(op.kind),
+                     static_cast<int32_t>(op.dtype),
+                     reduction ? static_cast<int32_t>(op.reduce_op) : -1,
+                     op.count,
+                     rooted ? op.root : -1,
+                     op.peer};
+}
+
+std::string Describe(const Fingerprint& f) {
+  const auto kind = static_cast<OpKind>(f.kind);
+  std::string text =
+      absl::StrCat("rank ", f.rank, " runs ", std::string(OpKindName(kind)));
+  if (kind == OpKind::kBarrier || kind == OpKind::kNop) return text;
+  if (kind == OpKind::kSend) absl::StrAppend(&text, " to rank ", f.peer);
+  if (kind == OpKind::kRecv) absl::StrAppend(&text, " from rank ", f.peer);
+  absl::StrAppend(&text, " of ", f.count, " ",
+                  std::string(DTypeName(static_cast<DType>(f.dtype))));
+  if (f.reduce_op >= 0) {
+    absl::StrAppend(
+        &text, " (",
+        std::string(ReduceOpName(static_cast<ReduceOp>(f.reduce_op))), ")");
+  }
+  if (f.root >= 0) absl::StrAppend(&text, " with root ", f.root);
+  return text;
+}
+
+bool SameCollective(const Fingerprint& a, const Fingerprint& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
+         a.count == b.count && a.root == b.root;
+}
+
+// The agreement exchange of seq k must not share a slot with the op itself.
+uint32_t AgreementTag(int64_t seq) {
+  return static_cast<uint32_t>(seq) ^ 0x80000000u;
+}
+uint64_t P2PHeaderSlot(int64_t seq) {
+  return (uint64_t{0xCD} << 56) |
+         (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
+}
+uint64_t P2PReplySlot(int64_t seq) {
+  return (uint64_t{0xCE} << 56) |
+         (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
+}
+
 double MicrosSince(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start)
       .count();
@@ -340,6 +405,8 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
   auto* out_bytes = static_cast<std::byte*>(op.output);
 
   if (op.kind == OpKind::kNop) return absl::OkStatus();
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) return SendRecv(op);
+  if (op.agree_first) CCL_RETURN_IF_ERROR(AgreeCollective(op));
   if (op.kind == OpKind::kBarrier) {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
@@ -500,27 +567,100 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
       gloo::alltoall(opts);
       return absl::OkStatus();
     }
-    case OpKind::kSend: {
-      auto buf = buffer(op.input, bytes);
-      buf->send(op.peer, P2PSlot(op.seq));
-      if (!buf->waitSend(timeout)) {
-        return absl::AbortedError("send to rank " + std::to_string(op.peer) +
-                                  " was aborted");
-      }
-      return absl::OkStatus();
-    }
-    case OpKind::kRecv: {
-      auto buf = buffer(op.output, bytes);
-      buf->recv(op.peer, P2PSlot(op.seq));
-      if (!buf->waitRecv(timeout)) {
-        return absl::AbortedError("recv from rank " + std::to_string(op.peer) +
-                                  " was aborted");
-      }
-      return absl::OkStatus();
-    }
+    case OpKind::kSend:
+    case OpKind::kRecv:
     case OpKind::kBarrier:
     case OpKind::kNop:
       break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {
+  std::vector<Fingerprint> all(static_cast<size_t>(size_));
+  Fingerprint mine = FingerprintOf(op, rank_);
+  gloo::AllgatherOptions opts(context_);
+  opts.setInput<uint8_t>(reinterpret_cast<uint8_t*>(&mine), sizeof(mine));
+  opts.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(all.data()),
+                          all.size() * sizeof(Fingerprint));
+  opts.setTag(AgreementTag(op.seq));
+  opts.setTimeout(std::max(op.timeout, std::chrono::milliseconds(1)));
+  gloo::allgather(opts);
+  std::vector<std::string> differing;
+  for (const Fingerprint& other : all) {
+    if (!SameCollective(other, all[0])) differing.push_back(Describe(other));
+  }
+  if (differing.empty()) return absl::OkStatus();
+  // Every rank sees the same fingerprints, so every rank fails alike.
+  return absl::InvalidArgumentError(absl::StrCat(
+      "ranks disagree on seq ", op.seq, ": ", Describe(all[0]), "; ",
+      absl::StrJoin(differing, "; "),
+      ". Nothing was sent; check the shapes and dtypes of the tensors on each "
+      "rank"));
+}
+
+absl::Status GlooCommunicator::SendRecv(const BoundOp& op) {
+  const bool sending = op.kind == OpKind::kSend;
+  const size_t bytes = static_cast<size_t>(op.count) * DTypeSize(op.dtype);
+  const std::chrono::milliseconds timeout =
+      std::max(op.timeout, std::chrono::milliseconds(1));
+  const std::string what =
+      absl::StrCat(sending ? "send to rank " : "recv from rank ", op.peer,
+                   " at seq ", op.seq);
+  // Header from the sender, reply from the receiver: each learns the other's
+  // view before data moves, and a lone send or recv times out on a few
+  // bytes rather than with a buffer Gloo may still write into.
+  auto mine = std::make_unique<Fingerprint>(FingerprintOf(op, rank_));
+  auto theirs = std::make_unique<std::byte[]>(sizeof(Fingerprint));
+  auto mine_buffer =
+      context_->createUnboundBuffer(mine.get(), sizeof(Fingerprint));
+  auto theirs_buffer =
+      context_->createUnboundBuffer(theirs.get(), sizeof(Fingerprint));
+  const uint64_t send_slot =
+      sending ? P2PHeaderSlot(op.seq) : P2PReplySlot(op.seq);
+  const uint64_t recv_slot =
+      sending ? P2PReplySlot(op.seq) : P2PHeaderSlot(op.seq);
+  theirs_buffer->recv(op.peer, recv_slot);
+  mine_buffer->send(op.peer, send_slot);
+  try {
+    theirs_buffer->waitRecv(timeout);
+  } catch (const gloo::IoException& e) {
+    // Gloo keeps the posted recv and send: their memory must outlive this
+    // call (the communicator is broken from here on anyway).
+    abandoned_.push_back(std::shared_ptr<void>(std::move(theirs)));
+    abandoned_.push_back(std::shared_ptr<void>(std::move(mine)));
+    abandoned_.push_back(std::shared_ptr<void>(std::move(theirs_buffer)));
+    abandoned_.push_back(std::shared_ptr<void>(std::move(mine_buffer)));
+    if (!LooksLikeTimeout(e.what())) throw;
+    absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+        what, ": rank ", op.peer, " posted no matching ",
+        sending ? "recv" : "send", " within ", timeout.count(),
+        " ms (it may have run a different op at this seq, or none)"));
+    // Gloo closes the pair on a timeout: later ops need a new communicator.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.ok()) broken_ = status;
+    return status;
+  }
+  mine_buffer->waitSend(timeout);
+  Fingerprint peer_view;
+  std::memcpy(&peer_view, theirs.get(), sizeof(peer_view));
+  const OpKind expected = sending ? OpKind::kRecv : OpKind::kSend;
+  if (static_cast<OpKind>(peer_view.kind) != expected ||
+      peer_view.peer != rank_ || peer_view.dtype != mine->dtype ||
+      peer_view.count != mine->count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "send and recv do not match at seq ", op.seq, ": ", Describe(*mine),
+        " but ", Describe(peer_view), ". Nothing was sent"));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  auto data = context_->createUnboundBuffer(
+      sending ? const_cast<void*>(op.input) : op.output, bytes);
+  if (sending) {
+    data->send(op.peer, P2PSlot(op.seq));
+    data->waitSend(timeout);
+  } else {
+    data->recv(op.peer, P2PSlot(op.seq));
+    data->waitRecv(timeout);
   }
   return absl::OkStatus();
 }

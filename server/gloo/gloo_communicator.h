@@ -47,6 +47,11 @@ class GlooCommunicator final : public Communicator {
 
   // Runs `op`; may throw Gloo's exceptions or std::bad_alloc.
   absl::Status Run(const BoundOp& op);
+  // Checks that every rank runs the same collective (one small allgather).
+  absl::Status AgreeCollective(const BoundOp& op);
+  // Point to point: the sender's and receiver's views of the op cross
+  // before any data moves, so sizes that differ fail on both sides.
+  absl::Status SendRecv(const BoundOp& op);
   // Scratch memory for ops that need a staging buffer (reduce off root,
   // reduce_scatter, in-place all_to_all, premul_sum). Kept between ops so
   // benchmarks do not pay for the allocation; not counted in the tensor
@@ -61,6 +66,10 @@ class GlooCommunicator final : public Communicator {
   };
   std::unique_ptr<std::byte, FreeDeleter> scratch_;
   size_t scratch_bytes_ = 0;
+
+  // Receive buffers of point-to-point exchanges that timed out: Gloo keeps
+  // the posted recv, so their memory must live as long as the context.
+  std::vector<std::shared_ptr<void>> abandoned_;
 
   mutable std::mutex mutex_;
   absl::Status broken_;

@@ -120,6 +120,36 @@ TEST(WorkerLifecycleTest, UnmatchedRecvFailsInBoundedTimeAndTheWorkerServes) {
   EXPECT_TRUE((*client)->Summarize(1, "t", 3).ok());
 }
 
+// Used to end rank 0's process from inside Gloo (a peer sent more bytes
+// than it had posted); now every rank refuses with the difference named.
+TEST(WorkerLifecycleTest, ShapeMismatchAcrossRanksIsInvalidArgumentNotACrash) {
+  auto cluster = StartCluster({});
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client(seconds(10));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->Alloc(0, Float32("x", 4, v1::FILL_KIND_ONES)).ok());
+  ASSERT_TRUE((*client)->Alloc(1, Float32("x", 8, v1::FILL_KIND_ONES)).ok());
+  v1::OpRequest op;
+  op.set_kind(v1::OP_KIND_ALL_REDUCE);
+  op.set_input("x");
+  for (const auto& r : (*client)->Collective(op)) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.rank << ": " << r.result.status();
+    EXPECT_NE(r.result.status().message().find("8 float32"), std::string::npos)
+        << r.result.status();
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(cluster->worker(r).running()) << "rank " << r << " died";
+    auto summary = (*client)->Summarize(r, "x", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->head(0), 1.0);  // untouched
+  }
+  op.set_kind(v1::OP_KIND_BARRIER);
+  for (const auto& r : (*client)->Collective(op)) {
+    EXPECT_TRUE(r.result.ok()) << r.rank << ": " << r.result.status();
+  }
+}
+
 TEST(WorkerLifecycleTest, AsyncWorkIdsTestWaitAndUnknownIds) {
   auto cluster = StartCluster({});
   ASSERT_NE(cluster, nullptr);

@@ -927,3 +927,109 @@ TEST(GlooFloat16, InPlaceSumOverBitsThatLookLikeTheResult) {
 
 }  // namespace
 }  // namespace ccl
+
+namespace ccl {
+namespace {
+
+// Submits one op per rank at `seq` and returns each rank's status.
+std::vector<absl::Status> RunPerRank(World& w,
+                                     const std::vector<OpSpec>& specs) {
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < w.size(); ++r) works.push_back(SubmitOk(w[r], specs[r]));
+  std::vector<absl::Status> statuses;
+  for (auto& work : works) {
+    statuses.push_back(work ? work->Wait(kWait) : absl::InternalError("none"));
+  }
+  return statuses;
+}
+
+// Different sizes or dtypes across ranks used to reach Gloo, whose transport
+// thread ends the process when a peer sends more than was posted. Ranks now
+// agree first: every rank fails with the difference named, and the world
+// keeps working.
+TEST(GlooAgreement, MismatchedCollectivesFailEverywhereAndTheWorldGoesOn) {
+  World w(2);
+  ASSERT_TRUE(w[0].Alloc(Spec("x", DType::kFloat32, 4), {}).ok());
+  ASSERT_TRUE(w[1].Alloc(Spec("x", DType::kFloat32, 8), {}).ok());
+  for (const absl::Status& status : RunPerRank(
+           w,
+           {Op(OpKind::kAllReduce, 0, "x"), Op(OpKind::kAllReduce, 0, "x")})) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("rank 1 runs all_reduce of 8 float32"),
+              std::string::npos)
+        << status;
+  }
+  ASSERT_TRUE(w[0].Alloc(Spec("y", DType::kInt32, 4), {}).ok());
+  ASSERT_TRUE(w[1].Alloc(Spec("y", DType::kFloat32, 4), {}).ok());
+  for (const absl::Status& status : RunPerRank(
+           w,
+           {Op(OpKind::kBroadcast, 1, "y"), Op(OpKind::kBroadcast, 1, "y")})) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("int32"), std::string::npos) << status;
+  }
+  // Two different collectives at one seq.
+  ASSERT_TRUE(w[1].Free("y").ok());
+  ASSERT_TRUE(w[1].Alloc(Spec("y", DType::kInt32, 4), {}).ok());
+  for (const absl::Status& status : RunPerRank(
+           w,
+           {Op(OpKind::kAllReduce, 2, "y"), Op(OpKind::kBroadcast, 2, "y")})) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("broadcast"), std::string::npos) << status;
+  }
+  for (const absl::Status& status : RunPerRank(
+           w,
+           {Op(OpKind::kAllReduce, 3, "y"), Op(OpKind::kAllReduce, 3, "y")})) {
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  EXPECT_EQ(w[0].Groups()[0].state, "ready");
+}
+
+TEST(GlooAgreement, SendRecvSizeMismatchFailsOnBothSides) {
+  World w(2);
+  ASSERT_TRUE(w[0].Alloc(Spec("s", DType::kFloat32, 4), {}).ok());
+  ASSERT_TRUE(w[1].Alloc(Spec("s", DType::kFloat32, 2), {}).ok());
+  OpSpec send = Op(OpKind::kSend, 0, "s");
+  send.peer = 1;
+  OpSpec recv = Op(OpKind::kRecv, 0, "s");
+  recv.peer = 0;
+  for (const absl::Status& status : RunPerRank(w, {send, recv})) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("do not match"), std::string::npos)
+        << status;
+  }
+  ASSERT_TRUE(w[1].Free("s").ok());
+  ASSERT_TRUE(w[1].Alloc(Spec("s", DType::kFloat32, 4), {}).ok());
+  send.seq = recv.seq = 1;
+  for (const absl::Status& status : RunPerRank(w, {send, recv})) {
+    EXPECT_TRUE(status.ok()) << status;
+  }
+}
+
+// The tutorial's trap: a recv whose sender never sends. It fails within its
+// timeout and says what is missing. Gloo closes the pair on a timeout, so
+// the group reports itself broken (a new generation rebuilds it) while the
+// worker and its tensors stay.
+TEST(GlooAgreement, LoneRecvTimesOutAndSaysWhatIsMissing) {
+  World w(2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(w[r].Alloc(Spec("t", DType::kFloat32, 3), {}).ok());
+  }
+  OpSpec recv = Op(OpKind::kRecv, 0, "t");
+  recv.peer = 0;
+  recv.timeout = milliseconds(300);
+  const std::vector<absl::Status> statuses =
+      RunPerRank(w, {Op(OpKind::kNop, 0), recv});
+  EXPECT_TRUE(statuses[0].ok()) << statuses[0];
+  EXPECT_EQ(statuses[1].code(), absl::StatusCode::kDeadlineExceeded)
+      << statuses[1];
+  EXPECT_NE(statuses[1].message().find("rank 0 posted no matching send"),
+            std::string::npos)
+      << statuses[1];
+  EXPECT_EQ(w[1].Groups()[0].state, "broken");
+  auto next = SubmitOk(w[1], Op(OpKind::kBarrier, 1));
+  EXPECT_EQ(next->Wait(kWait).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadAll(w[1], "t").size(), 3u);
+}
+
+}  // namespace
+}  // namespace ccl
