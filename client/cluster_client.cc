@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 
@@ -67,18 +69,29 @@ absl::Status ClusterClient::CheckRanks(const std::vector<int>& ranks) const {
 }
 
 v1::Worker::Stub& ClusterClient::Worker(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(stubs_mutex_);
+    auto it = stubs_.find(rank);
+    if (it != stubs_.end()) return *it->second;
+  }
+  std::string address;
+  for (const auto& member : world_.members()) {
+    if (member.rank() == rank) address = member.address();
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(16 << 20);
+  auto channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  // A fresh channel's first RPC fails at once if its first connection
+  // attempt does (seen under load on loopback); connecting up front, with a
+  // short bound and outside the lock so ranks connect in parallel, keeps
+  // that from failing an op while a worker that is gone still fails fast.
+  channel->WaitForConnected(std::chrono::system_clock::now() +
+                            std::min<std::chrono::milliseconds>(
+                                options_.timeout, std::chrono::seconds(3)));
   std::lock_guard<std::mutex> lock(stubs_mutex_);
   auto& stub = stubs_[rank];
-  if (!stub) {
-    std::string address;
-    for (const auto& member : world_.members()) {
-      if (member.rank() == rank) address = member.address();
-    }
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(16 << 20);
-    stub = v1::Worker::NewStub(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args));
-  }
+  if (!stub) stub = v1::Worker::NewStub(channel);
   return *stub;
 }
 
