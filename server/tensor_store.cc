@@ -11,6 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "common/element.h"
 #include "server/fill.h"
+#if CCL_HAVE_CUDA
+#include "server/cuda/device_memory.h"
+#endif
 
 namespace ccl {
 namespace {
@@ -60,7 +63,15 @@ absl::Status ValidateTensorName(const std::string& name) {
 Tensor::Tensor(TensorMeta meta, std::byte* data)
     : meta_(std::move(meta)), data_(data) {}
 
-Tensor::~Tensor() { std::free(data_); }
+Tensor::~Tensor() {
+#if CCL_HAVE_CUDA
+  if (meta_.device.kind == DeviceKind::kCuda) {
+    cuda::Free(meta_.device.index, data_);
+    return;
+  }
+#endif
+  std::free(data_);
+}
 
 TensorStore::TensorStore(Device device, int64_t quota_bytes)
     : device_(device), quota_bytes_(quota_bytes) {}
@@ -68,7 +79,8 @@ TensorStore::TensorStore(Device device, int64_t quota_bytes)
 absl::StatusOr<TensorMeta> TensorStore::Alloc(const TensorMeta& spec,
                                               const Fill& fill, int rank) {
   if (absl::Status s = ValidateTensorName(spec.name); !s.ok()) return s;
-  if (spec.device.kind != DeviceKind::kCpu) {
+  if (spec.device.kind != DeviceKind::kCpu &&
+      device_.kind == DeviceKind::kCpu) {
     return absl::UnimplementedError(absl::StrCat(
         "tensor '", spec.name, "' asks for device ", DeviceName(spec.device),
         " but this worker was started for cpu (Gloo backend); allocate it "
@@ -124,6 +136,41 @@ absl::StatusOr<TensorMeta> TensorStore::Alloc(const TensorMeta& spec,
     std::lock_guard<std::mutex> lock(mutex_);
     bytes_in_use_ -= bytes;
   };
+#if CCL_HAVE_CUDA
+  if (device_.kind == DeviceKind::kCuda) {
+    auto dev = cuda::Malloc(device_.index, static_cast<size_t>(bytes));
+    if (!dev.ok()) {
+      unreserve();
+      return absl::Status(
+          dev.status().code(),
+          absl::StrCat("tensor '", spec.name, "': ", dev.status().message()));
+    }
+    std::shared_ptr<Tensor> tensor;
+    try {
+      tensor = std::make_shared<Tensor>(meta, *dev);
+    } catch (const std::bad_alloc&) {
+      cuda::Free(device_.index, *dev);
+      unreserve();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("out of host memory for tensor '", spec.name, "'"));
+    }
+    if (absl::Status s = cuda::FillDevice(device_.index, meta.dtype, *dev,
+                                          numel, fill, rank);
+        !s.ok()) {
+      tensor.reset();
+      unreserve();
+      return absl::Status(s.code(), absl::StrCat("filling tensor '", spec.name,
+                                                 "': ", s.message()));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!tensors_.emplace(spec.name, std::move(tensor)).second) {
+      bytes_in_use_ -= bytes;
+      return absl::AlreadyExistsError(absl::StrCat(
+          "tensor '", spec.name, "' already exists; free it first"));
+    }
+    return meta;
+  }
+#endif
   const size_t alloc_bytes = std::max<size_t>(
       kTensorAlignment, (static_cast<size_t>(bytes) + kTensorAlignment - 1) /
                             kTensorAlignment * kTensorAlignment);
@@ -229,6 +276,11 @@ absl::StatusOr<TensorMeta> TensorStore::Write(const std::string& name,
     status = absl::OutOfRangeError(absl::StrCat(
         "write of ", size, " bytes at offset ", offset_bytes,
         " does not fit in tensor '", name, "' of ", total, " bytes"));
+  } else if (size > 0 && device_.kind == DeviceKind::kCuda) {
+#if CCL_HAVE_CUDA
+    status = cuda::CopyToDevice(device_.index, (*tensor)->data() + offset_bytes,
+                                data.data(), data.size());
+#endif
   } else if (size > 0) {
     std::memcpy((*tensor)->data() + offset_bytes, data.data(), data.size());
   }
@@ -261,10 +313,31 @@ absl::Status TensorStore::Read(
     chunk_bytes = std::max(esize, chunk_bytes / esize * esize);
     int64_t begin = offset * esize;
     const int64_t end = (offset + count) * esize;
+    // Device tensors are staged through a host buffer one chunk at a time.
+    std::vector<std::byte> staging;
+    const bool on_device = tensor.meta().device.kind == DeviceKind::kCuda;
+    if (on_device) {
+      try {
+        staging.resize(static_cast<size_t>(std::min(chunk_bytes, end - begin)));
+      } catch (const std::bad_alloc&) {
+        status = absl::ResourceExhaustedError(
+            "out of host memory staging a device read");
+        begin = end;
+      }
+    }
     while (begin < end) {
       const int64_t n = std::min(chunk_bytes, end - begin);
-      if (!sink(begin, std::span<const std::byte>(tensor.data() + begin,
-                                                  static_cast<size_t>(n)))) {
+      const std::byte* chunk = tensor.data() + begin;
+#if CCL_HAVE_CUDA
+      if (on_device) {
+        status = cuda::CopyToHost(tensor.meta().device.index, staging.data(),
+                                  chunk, static_cast<size_t>(n));
+        if (!status.ok()) break;
+        chunk = staging.data();
+      }
+#endif
+      if (!sink(begin,
+                std::span<const std::byte>(chunk, static_cast<size_t>(n)))) {
         break;
       }
       begin += n;
@@ -285,10 +358,32 @@ absl::StatusOr<TensorSummary> TensorStore::Summarize(const std::string& name,
   const Tensor& tensor = **found;
   TensorSummary summary;
   summary.meta = tensor.meta();
+  // Device tensors are summarised from a host copy.
+  const std::byte* data = tensor.data();
+  std::vector<std::byte> host_copy;
+#if CCL_HAVE_CUDA
+  if (tensor.meta().device.kind == DeviceKind::kCuda) {
+    absl::Status copied;
+    try {
+      host_copy.resize(static_cast<size_t>(tensor.bytes()));
+      copied =
+          cuda::CopyToHost(tensor.meta().device.index, host_copy.data(),
+                           tensor.data(), static_cast<size_t>(tensor.bytes()));
+    } catch (const std::bad_alloc&) {
+      copied = absl::ResourceExhaustedError(absl::StrCat(
+          "out of host memory summarising device tensor '", name, "'"));
+    }
+    if (!copied.ok()) {
+      EndHostAccess(*found);
+      return copied;
+    }
+    data = host_copy.data();
+  }
+#endif
   const DType dtype = tensor.dtype();
   bool any = false;
   for (int64_t i = 0; i < tensor.numel(); ++i) {
-    const double v = LoadElement(dtype, tensor.data(), static_cast<size_t>(i));
+    const double v = LoadElement(dtype, data, static_cast<size_t>(i));
     if (std::isnan(v)) {
       ++summary.nan_count;
       continue;
@@ -299,7 +394,7 @@ absl::StatusOr<TensorSummary> TensorStore::Summarize(const std::string& name,
     any = true;
   }
   uint64_t hash = 0xcbf29ce484222325ULL;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(tensor.data());
+  const auto* bytes = reinterpret_cast<const unsigned char*>(data);
   for (int64_t i = 0; i < tensor.bytes(); ++i) {
     hash ^= bytes[i];
     hash *= 0x100000001b3ULL;
@@ -308,8 +403,7 @@ absl::StatusOr<TensorSummary> TensorStore::Summarize(const std::string& name,
   const int64_t n = std::min(head, tensor.numel());
   summary.head.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    summary.head.push_back(
-        LoadElement(dtype, tensor.data(), static_cast<size_t>(i)));
+    summary.head.push_back(LoadElement(dtype, data, static_cast<size_t>(i)));
   }
   EndHostAccess(*found);
   return summary;

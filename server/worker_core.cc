@@ -1,6 +1,6 @@
-// WorkerCore over a TensorStore, one Gloo communicator ("world") and its
-// Executor. Submit validates and resolves everything on the caller's thread
-// (never blocking), then hands a bound op to the executor.
+// WorkerCore over a TensorStore, one world communicator (Gloo on cpu, NCCL on
+// cuda) and its Executor. Submit validates and resolves everything on the
+// caller's thread (never blocking), then hands a bound op to the executor.
 #include "server/worker_core.h"
 
 #include <algorithm>
@@ -20,6 +20,10 @@
 #include "server/executor.h"
 #include "server/gloo/gloo_communicator.h"
 #include "server/tensor_store.h"
+#if CCL_HAVE_CUDA
+#include "server/cuda/device_memory.h"
+#include "server/nccl/nccl_communicator.h"
+#endif
 
 namespace ccl {
 namespace {
@@ -292,7 +296,8 @@ class BenchTask final : public ExecutorTask {
     double sum = 0;
     for (int i = 0; i < warmup_ + iters_; ++i) {
       const Clock::time_point t0 = Clock::now();
-      absl::Status status = RunOnce(comm);
+      // Ranks agree on the op once; the timed instances are the op alone.
+      absl::Status status = RunOnce(comm, /*agree_first=*/i == 0);
       if (!status.ok()) return status;
       const double us =
           std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -303,10 +308,8 @@ class BenchTask final : public ExecutorTask {
     }
     if (iters_ > 0) result_.avg_us = sum / iters_;
     if (check_) {
-      PrepareCheck(op_, comm.rank(), comm.size());
-      absl::Status status = RunOnce(comm);
+      absl::Status status = RunChecked(comm);
       if (!status.ok()) return status;
-      result_.wrong = CountWrong(op_, comm.rank(), comm.size());
     }
     return std::make_unique<CompletedWork>(
         absl::OkStatus(),
@@ -327,8 +330,67 @@ class BenchTask final : public ExecutorTask {
   }
 
  private:
-  absl::Status RunOnce(Communicator& comm) {
-    auto handle = comm.Launch(op_);
+  bool OnDevice() const {
+    for (const auto& tensor : tensors_) {
+      if (tensor->meta().device.kind == DeviceKind::kCuda) return true;
+    }
+    return false;
+  }
+
+  absl::Status RunChecked(Communicator& comm) {
+    if (!OnDevice()) {
+      PrepareCheck(op_, comm.rank(), comm.size());
+      CCL_RETURN_IF_ERROR(RunOnce(comm, /*agree_first=*/true));
+      result_.wrong = CountWrong(op_, comm.rank(), comm.size());
+      return absl::OkStatus();
+    }
+#if CCL_HAVE_CUDA
+    // Device tensors: prepare and check on host copies (slow, but only for
+    // --check), with the op's pointers translated into them.
+    std::vector<std::vector<std::byte>> host(tensors_.size());
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      host[i].resize(static_cast<size_t>(tensors_[i]->bytes()));
+      CCL_RETURN_IF_ERROR(cuda::CopyToHost(tensors_[i]->meta().device.index,
+                                           host[i].data(), tensors_[i]->data(),
+                                           host[i].size()));
+    }
+    auto to_host = [&](const void* p) -> void* {
+      if (p == nullptr) return nullptr;
+      const auto* b = static_cast<const std::byte*>(p);
+      for (size_t i = 0; i < tensors_.size(); ++i) {
+        const std::byte* base = tensors_[i]->data();
+        if (b >= base && b <= base + tensors_[i]->bytes()) {
+          return host[i].data() + (b - base);
+        }
+      }
+      return nullptr;
+    };
+    BoundOp host_op = op_;
+    host_op.input = to_host(op_.input);
+    host_op.output = to_host(op_.output);
+    PrepareCheck(host_op, comm.rank(), comm.size());
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      CCL_RETURN_IF_ERROR(cuda::CopyToDevice(tensors_[i]->meta().device.index,
+                                             tensors_[i]->data(),
+                                             host[i].data(), host[i].size()));
+    }
+    CCL_RETURN_IF_ERROR(RunOnce(comm, /*agree_first=*/true));
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      CCL_RETURN_IF_ERROR(cuda::CopyToHost(tensors_[i]->meta().device.index,
+                                           host[i].data(), tensors_[i]->data(),
+                                           host[i].size()));
+    }
+    result_.wrong = CountWrong(host_op, comm.rank(), comm.size());
+    return absl::OkStatus();
+#else
+    return absl::UnimplementedError("device tensors need a CUDA build");
+#endif
+  }
+
+  absl::Status RunOnce(Communicator& comm, bool agree_first) {
+    BoundOp op = op_;
+    op.agree_first = agree_first;
+    auto handle = comm.Launch(op);
     if (!handle.ok()) return handle.status();
     return (*handle)->Wait(op_.timeout);
   }
@@ -366,14 +428,27 @@ class WorkerCoreImpl final : public WorkerCore {
         return absl::FailedPreconditionError("the worker is shut down");
       }
     }
-    auto comm = GlooCommunicator::Create(
-        rank, world_size, config_.data_host,
-        absl::StrCat("gen", generation, "/", kWorldGroup), store,
-        config_.default_op_timeout);
-    if (!comm.ok()) return comm.status();
+    const std::string prefix =
+        absl::StrCat("gen", generation, "/", kWorldGroup);
+    std::shared_ptr<Communicator> comm;
+#if CCL_HAVE_CUDA
+    if (config_.device.kind == DeviceKind::kCuda) {
+      auto nccl =
+          NcclCommunicator::Create(rank, world_size, config_.device.index,
+                                   prefix, store, config_.default_op_timeout);
+      if (!nccl.ok()) return nccl.status();
+      comm = std::shared_ptr<Communicator>(*std::move(nccl));
+    }
+#endif
+    if (comm == nullptr) {
+      auto gloo =
+          GlooCommunicator::Create(rank, world_size, config_.data_host, prefix,
+                                   store, config_.default_op_timeout);
+      if (!gloo.ok()) return gloo.status();
+      comm = std::shared_ptr<Communicator>(*std::move(gloo));
+    }
     auto executor = std::make_shared<Executor>(
-        kWorldGroup, rank, std::shared_ptr<Communicator>(*std::move(comm)),
-        config_.seq_gap_timeout);
+        kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout);
     std::shared_ptr<Executor> old;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -406,7 +481,9 @@ class WorkerCoreImpl final : public WorkerCore {
     std::lock_guard<std::mutex> lock(mutex_);
     return generation_;
   }
-  std::string backend() const override { return "gloo"; }
+  std::string backend() const override {
+    return config_.device.kind == DeviceKind::kCuda ? "nccl" : "gloo";
+  }
   const WorkerConfig& config() const override { return config_; }
 
   absl::StatusOr<TensorMeta> Alloc(const TensorMeta& spec,
@@ -813,10 +890,29 @@ class WorkerCoreImpl final : public WorkerCore {
 absl::StatusOr<std::unique_ptr<WorkerCore>> WorkerCore::Create(
     WorkerConfig config) {
   if (config.device.kind != DeviceKind::kCpu) {
+#if CCL_HAVE_CUDA
+    const int count = cuda::DeviceCount();
+    if (count == 0) {
+      // Same code as a build without CUDA: nothing here can run on a GPU.
+      return absl::UnimplementedError(absl::StrCat(
+          "device ", DeviceName(config.device),
+          ": no CUDA device is visible to this worker (NCCL backend built, "
+          "but cudaGetDeviceCount found none); start it with device cpu"));
+    }
+    if (config.device.index < 0 || config.device.index >= count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device ", DeviceName(config.device), " does not exist: ", count,
+          " CUDA device(s) are visible"));
+    }
+    if (absl::Status s = cuda::SetDevice(config.device.index); !s.ok()) {
+      return s;
+    }
+#else
     return absl::UnimplementedError(absl::StrCat(
         "device ", DeviceName(config.device),
-        ": this worker core has only the Gloo (cpu) backend so far; start "
-        "it with device cpu"));
+        ": this worker was built without CUDA/NCCL, so it has only the Gloo "
+        "(cpu) backend; start it with device cpu"));
+#endif
   }
   if (config.tensor_quota_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

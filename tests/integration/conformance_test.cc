@@ -19,6 +19,15 @@
 #ifndef CCL_CONFORMANCE_DEVICE
 #define CCL_CONFORMANCE_DEVICE "cpu"
 #endif
+// World sizes to run; a 2-GPU machine builds with
+// CCL_CONFORMANCE_WORLD_SIZES=2.
+#ifndef CCL_CONFORMANCE_WORLD_SIZES
+#define CCL_CONFORMANCE_WORLD_SIZES 2, 3, 4
+#endif
+// CCL_CONFORMANCE_CUDA: skip (visibly) when there are fewer GPUs than workers.
+#ifdef CCL_CONFORMANCE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace ccl {
 namespace {
@@ -111,6 +120,14 @@ std::vector<double> Decode(DType dtype, const std::string& bytes) {
 class ConformanceTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
+#ifdef CCL_CONFORMANCE_CUDA
+    int gpus = 0;
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    if (gpus < GetParam()) {
+      GTEST_SKIP() << "needs " << GetParam() << " CUDA devices, "
+                   << "cudaGetDeviceCount found " << gpus;
+    }
+#endif
     testing::LocalClusterOptions options;
     options.workers = GetParam();
     options.device = CCL_CONFORMANCE_DEVICE;
@@ -478,7 +495,8 @@ TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ConformanceTest,
-                         ::testing::Values(2, 3, 4), [](const auto& info) {
+                         ::testing::Values(CCL_CONFORMANCE_WORLD_SIZES),
+                         [](const auto& info) {
                            return absl::StrCat("world", info.param);
                          });
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The GPU verdict in one device call (see ../shared/GPU.md).
+#
+# Here (no GPU), build and bundle:
+#   scripts/gpu-check.sh build
+# On the GPU machine (device run, carry=["build-nccl/devbundle"]):
+#   scripts/gpu-check.sh            # or: scripts/gpu-check.sh run
+#
+# run: sources the bundle's env.sh, runs conformance_nccl_test, starts a
+# 2-worker cuda cluster with ccctl, runs an all_reduce, every examples/*.yaml
+# and a bench sweep (8 B .. 2 GiB, -f 4) of the main collectives. Logs and
+# CSVs go under $OUT (default /tmp/gpu-check); a summary is printed last and
+# the exit status is the number of failed steps (capped at 100).
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${CCL_GPU_BUILD_DIR:-$root/build-nccl}
+bundle=$build/devbundle
+mode=${1:-run}
+
+if [[ $mode == build ]]; then
+  set -e
+  cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90
+  make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test
+  rm -rf "$bundle"
+  "$root/../shared/tools/device-bundle" "$bundle" "$build/server/ccworker" \
+    "$build/coordinator/cccoord" "$build/client/ccctl" \
+    "$build/tests/gpu/conformance_nccl_test"
+  # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
+  strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
+  du -sh "$bundle"
+  exit 0
+fi
+
+[[ -f $bundle/env.sh ]] || { echo "no bundle at $bundle; run '$0 build' first" >&2; exit 2; }
+# shellcheck disable=SC1091
+source "$bundle/env.sh"
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+export CCL_BINARY_CCWORKER=$bundle/bin/ccworker
+export CCL_BINARY_CCCOORD=$bundle/bin/cccoord
+export CCL_BINARY_CCCTL=$bundle/bin/ccctl
+export CCCTL_STATE_DIR=$OUT/ccctl-state
+mkdir -p "$CCCTL_STATE_DIR"
+ccctl=$bundle/bin/ccctl
+
+failures=0
+summary=()
+step() {  # step NAME TIMEOUT_S CMD...: runs CMD, logs to $OUT/NAME.log
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  local verdict=PASS
+  if [[ $rc -ne 0 ]]; then verdict="FAIL(rc=$rc)"; failures=$((failures + 1)); fi
+  summary+=("$(printf '%-28s %-12s %4ss' "$name" "$verdict" $((SECONDS - start)))")
+  echo "== $name: $verdict"
+  if [[ $rc -ne 0 ]]; then tail -n 25 "$OUT/$name.log"; fi
+}
+
+{ nvidia-smi; nvidia-smi topo -m; } >"$OUT/nvidia-smi.log" 2>&1 || true
+ldd "$bundle/bin/ccworker" >"$OUT/ldd-ccworker.log" 2>&1 || true
+
+step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
+  --gtest_output="xml:$OUT/conformance_nccl_test.xml"
+
+step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
+step status 30 "$ccctl" status
+step allreduce_sum 60 "$ccctl" allreduce --op sum
+for yaml in "$root"/examples/*.yaml; do
+  step "run_$(basename "$yaml" .yaml)" 120 "$ccctl" run "$yaml"
+done
+for op in all_reduce all_gather reduce_scatter broadcast alltoall sendrecv; do
+  step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 \
+    --csv "$OUT/bench_$op.csv"
+done
+# Worker logs (the state dir holds them) help when something failed.
+step cluster_down 60 "$ccctl" cluster down
+cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
+
+echo
+echo "==== gpu-check summary ($OUT)"
+printf '%s\n' "${summary[@]}"
+for op in all_reduce all_gather reduce_scatter broadcast alltoall sendrecv; do
+  echo "---- bench $op"; tail -n 6 "$OUT/bench_$op.log" 2>/dev/null
+done
+echo "failed steps: $failures"
+exit $((failures > 100 ? 100 : failures))

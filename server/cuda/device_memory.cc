@@ -1,0 +1,128 @@
+#include "server/cuda/device_memory.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <new>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/element.h"
+#include "server/cuda/fill_kernels.h"
+#include "server/fill.h"
+#include "server/nccl/nccl_host.h"
+
+namespace ccl::cuda {
+namespace {
+
+constexpr size_t kStagingBytes = 64 << 20;
+
+bool IsConstant(FillKind kind) {
+  return kind == FillKind::kOnes || kind == FillKind::kConstant ||
+         kind == FillKind::kRank || kind == FillKind::kRankPlusOne;
+}
+
+}  // namespace
+
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+absl::Status SetDevice(int device) {
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::byte*> Malloc(int device, size_t bytes) {
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky, but keep the thread's error clean
+    if (e == cudaErrorMemoryAllocation) {
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of device memory on cuda:", device, " allocating ", bytes,
+          " bytes (", free_bytes, " of ", total_bytes, " bytes free)"));
+    }
+    return nccl::CudaErrorStatus(e, "cudaMalloc", __FILE__, __LINE__);
+  }
+  return static_cast<std::byte*>(p);
+}
+
+void Free(int device, void* data) {
+  if (data == nullptr) return;
+  cudaSetDevice(device);
+  cudaFree(data);
+}
+
+absl::Status CopyToDevice(int device, void* dst, const void* src,
+                          size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CCL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  // Pageable copies may return before the DMA lands; ops run on other
+  // streams, so finish here.
+  CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CCL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+absl::Status FillDevice(int device, DType dtype, void* data, int64_t numel,
+                        const Fill& fill, int rank) {
+  if (numel <= 0 || fill.kind == FillKind::kUninitialized) {
+    return absl::OkStatus();
+  }
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  const size_t esize = DTypeSize(dtype);
+  const size_t bytes = static_cast<size_t>(numel) * esize;
+  if (fill.kind == FillKind::kZeros) {
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemset(data, 0, bytes));
+    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return absl::OkStatus();
+  }
+  if (IsConstant(fill.kind)) {
+    alignas(8) unsigned char pattern[8] = {};
+    StoreElement(dtype, pattern, 0, FillValue(fill, rank, 0));
+    CCL_CUDA_RETURN_IF_ERROR(LaunchReplicate(data, bytes, pattern,
+                                             static_cast<int>(esize), nullptr));
+    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return absl::OkStatus();
+  }
+  // Element-wise fills: computed on the host (exactly FillBuffer's values
+  // and rounding), staged in chunks.
+  std::vector<std::byte> staging;
+  try {
+    staging.resize(std::min(kStagingBytes, bytes));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of host memory for fill staging");
+  }
+  const int64_t per_chunk = static_cast<int64_t>(staging.size() / esize);
+  auto* dst = static_cast<std::byte*>(data);
+  for (int64_t begin = 0; begin < numel; begin += per_chunk) {
+    const int64_t n = std::min(per_chunk, numel - begin);
+    for (int64_t i = 0; i < n; ++i) {
+      StoreElement(dtype, staging.data(), static_cast<size_t>(i),
+                   FillValue(fill, rank, begin + i));
+    }
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + begin * esize, staging.data(),
+                                        static_cast<size_t>(n) * esize,
+                                        cudaMemcpyHostToDevice));
+  }
+  CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+}  // namespace ccl::cuda

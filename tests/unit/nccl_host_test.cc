@@ -1,0 +1,122 @@
+// The NCCL backend's host-side pieces (no GPU needed), and the worker core's
+// behaviour for cuda devices on a machine without one.
+#include "server/nccl/nccl_host.h"
+
+#include <cstring>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "server/cuda/device_memory.h"
+#include "server/worker_core.h"
+
+namespace ccl {
+namespace {
+
+TEST(NcclHost, DTypeMap) {
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kFloat32), ncclFloat32);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kFloat64), ncclFloat64);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kFloat16), ncclFloat16);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kBFloat16), ncclBfloat16);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kInt8), ncclInt8);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kUInt8), ncclUint8);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kInt32), ncclInt32);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kInt64), ncclInt64);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kFp8E4M3), ncclFloat8e4m3);
+  EXPECT_EQ(*nccl::ToNcclDataType(DType::kFp8E5M2), ncclFloat8e5m2);
+#else
+  EXPECT_EQ(nccl::ToNcclDataType(DType::kFp8E4M3).status().code(),
+            absl::StatusCode::kUnimplemented);
+#endif
+}
+
+TEST(NcclHost, RedOpMap) {
+  EXPECT_EQ(*nccl::ToNcclRedOp(ReduceOp::kSum), ncclSum);
+  EXPECT_EQ(*nccl::ToNcclRedOp(ReduceOp::kProd), ncclProd);
+  EXPECT_EQ(*nccl::ToNcclRedOp(ReduceOp::kMin), ncclMin);
+  EXPECT_EQ(*nccl::ToNcclRedOp(ReduceOp::kMax), ncclMax);
+  EXPECT_EQ(*nccl::ToNcclRedOp(ReduceOp::kAvg), ncclAvg);
+  EXPECT_EQ(nccl::ToNcclRedOp(ReduceOp::kPremulSum).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST(NcclHost, ErrorMapping) {
+  EXPECT_EQ(nccl::NcclResultCode(ncclSuccess), absl::StatusCode::kOk);
+  EXPECT_EQ(nccl::NcclResultCode(ncclInvalidArgument),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(nccl::NcclResultCode(ncclInvalidUsage),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(nccl::NcclResultCode(ncclRemoteError),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(nccl::NcclResultCode(ncclSystemError),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(nccl::NcclResultCode(ncclInternalError),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(nccl::CudaErrorCode(cudaErrorMemoryAllocation),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(nccl::CudaErrorCode(cudaErrorNoDevice),
+            absl::StatusCode::kFailedPrecondition);
+
+  absl::Status s = nccl::NcclErrorStatus(ncclInvalidArgument, "ncclFoo(x)",
+                                         "a.cc", 12, "bad count");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a.cc:12"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("ncclFoo(x)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("bad count"), std::string::npos) << s;
+  EXPECT_NE(s.message().find(ncclGetErrorString(ncclInvalidArgument)),
+            std::string::npos)
+      << s;
+
+  absl::Status c =
+      nccl::CudaErrorStatus(cudaErrorMemoryAllocation, "cudaMalloc", "b.cc", 3);
+  EXPECT_EQ(c.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(c.message().find("b.cc:3"), std::string::npos) << c;
+  EXPECT_NE(c.message().find("cudaErrorMemoryAllocation"), std::string::npos)
+      << c;
+}
+
+absl::Status UsesMacros(ncclResult_t nccl_result, cudaError_t cuda_result) {
+  CCL_NCCL_RETURN_IF_ERROR(nccl_result);
+  CCL_CUDA_RETURN_IF_ERROR(cuda_result);
+  return absl::OkStatus();
+}
+
+TEST(NcclHost, Macros) {
+  EXPECT_TRUE(UsesMacros(ncclSuccess, cudaSuccess).ok());
+  // In progress is left to the caller of a non-blocking comm.
+  EXPECT_TRUE(UsesMacros(ncclInProgress, cudaSuccess).ok());
+  EXPECT_EQ(UsesMacros(ncclInvalidUsage, cudaSuccess).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(UsesMacros(ncclSuccess, cudaErrorMemoryAllocation).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(NcclHost, UniqueIdRoundTrip) {
+  ncclUniqueId id;
+  for (size_t i = 0; i < sizeof(id.internal); ++i) {
+    id.internal[i] = static_cast<char>(i * 37 + 5);
+  }
+  const std::string text = nccl::EncodeUniqueId(id);
+  EXPECT_EQ(text.size(), 2 * sizeof(id.internal));
+  auto back = nccl::DecodeUniqueId(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::memcmp(back->internal, id.internal, sizeof(id.internal)), 0);
+  EXPECT_FALSE(nccl::DecodeUniqueId("abc").ok());
+  EXPECT_FALSE(nccl::DecodeUniqueId(std::string(text.size(), 'z')).ok());
+  EXPECT_EQ(nccl::UniqueIdKey("gen3/world"), "nccl/gen3/world/id");
+}
+
+TEST(NcclHost, CudaWorkerWithoutGpu) {
+  if (cuda::DeviceCount() > 0) {
+    GTEST_SKIP() << "a CUDA device is visible; this checks the no-GPU path";
+  }
+  WorkerConfig config;
+  config.device = Device{DeviceKind::kCuda, 0};
+  auto core = WorkerCore::Create(config);
+  EXPECT_EQ(core.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(core.status().message().find("no CUDA device"), std::string::npos)
+      << core.status();
+}
+
+}  // namespace
+}  // namespace ccl
