@@ -21,11 +21,12 @@ mode=${1:-run}
 if [[ $mode == build ]]; then
   set -e
   cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90
-  make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test
+  make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test \
+    nccl_launch_latency
   rm -rf "$bundle"
   "$root/../shared/tools/device-bundle" "$bundle" "$build/server/ccworker" \
     "$build/coordinator/cccoord" "$build/client/ccctl" \
-    "$build/tests/gpu/conformance_nccl_test"
+    "$build/tests/gpu/conformance_nccl_test" "$build/bench/nccl_launch_latency"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
   strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
   du -sh "$bundle"
@@ -65,6 +66,10 @@ ldd "$bundle/bin/ccworker" >"$OUT/ldd-ccworker.log" 2>&1 || true
 step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
   --gtest_output="xml:$OUT/conformance_nccl_test.xml"
 
+# What a non-blocking communicator costs per enqueue (it bounds small-op
+# latency), and that it leaves the data plane alone.
+step nccl_launch_latency 120 "$bundle/bin/nccl_launch_latency" 2000
+
 step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
 step status 30 "$ccctl" status
 step allreduce_sum 60 "$ccctl" allreduce --op sum
@@ -72,18 +77,25 @@ for yaml in "$root"/examples/*.yaml; do
   step "run_$(basename "$yaml" .yaml)" 120 "$ccctl" run "$yaml"
 done
 for op in all_reduce all_gather reduce_scatter broadcast alltoall sendrecv; do
-  step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 \
+  step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \
     --csv "$OUT/bench_$op.csv"
 done
 # Worker logs (the state dir holds them) help when something failed.
 step cluster_down 60 "$ccctl" cluster down
 cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
 
+# The peer in the same call, same sizes and iterations, once the cluster is
+# down so the two never share the GPUs.
+ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
+step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" --ops "$ops" \
+  -b 8 -e 2G -f 4 -n 20 -w 5 --csv-dir "$OUT"
+python3 "$root/bench/compare.py" --ccctl "$OUT/bench_{op}.csv" \
+  --peer "$OUT/torch_{op}.csv" --ops "$ops" >"$OUT/compare.md" 2>&1 || true
+
 echo
 echo "==== gpu-check summary ($OUT)"
 printf '%s\n' "${summary[@]}"
-for op in all_reduce all_gather reduce_scatter broadcast alltoall sendrecv; do
-  echo "---- bench $op"; tail -n 6 "$OUT/bench_$op.log" 2>/dev/null
-done
+cat "$OUT/compare.md" 2>/dev/null
+echo; cat "$OUT/nccl_launch_latency.log" 2>/dev/null
 echo "failed steps: $failures"
 exit $((failures > 100 ? 100 : failures))

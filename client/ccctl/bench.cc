@@ -59,6 +59,9 @@ struct Row {
   double time_us[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
   int64_t wrong[2] = {0, 0};
   double e2e_us = 0;
+  // The fastest and slowest single instance (out of place) on any rank, as
+  // the backend timed it (CUDA events on GPU).
+  double op_min_us = 0, op_max_us = 0;
 };
 
 // Draws busbw against size with Debian's python3-matplotlib; the script
@@ -270,6 +273,12 @@ int RunBench(Globals& globals, const BenchArgs& args) {
       for (const auto& r : results) {
         slowest = std::max(slowest, r.result->avg_us());
         row.wrong[in_place] += r.result->wrong();
+        if (in_place == 0) {
+          row.op_min_us = row.op_min_us == 0
+                              ? r.result->min_us()
+                              : std::min(row.op_min_us, r.result->min_us());
+          row.op_max_us = std::max(row.op_max_us, r.result->max_us());
+        }
       }
       row.time_us[in_place] = slowest;
       row.algbw[in_place] = slowest > 0 ? row.bytes / slowest / 1e3 : 0;
@@ -315,13 +324,14 @@ int RunBench(Globals& globals, const BenchArgs& args) {
 
   std::string csv_text =
       "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
-      "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us\n";
+      "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us\n";
   for (const Row& r : rows) {
     csv_text += absl::StrFormat(
-        "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f\n",
+        "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f,%.2f,%."
+        "2f\n",
         op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
         r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
-        r.busbw[1], r.wrong[1], r.e2e_us);
+        r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us);
   }
   if (!args.csv.empty()) std::ofstream(args.csv) << csv_text;
   bool plot_failed = false;
@@ -349,7 +359,9 @@ int RunBench(Globals& globals, const BenchArgs& args) {
                        {"algbw", r.algbw[1]},
                        {"busbw", r.busbw[1]},
                        {"wrong", r.wrong[1]}}},
-                     {"e2e_us", r.e2e_us}});
+                     {"e2e_us", r.e2e_us},
+                     {"op_min_us", r.op_min_us},
+                     {"op_max_us", r.op_max_us}});
     }
     document["rows"] = out;
     document["avg_busbw"] = avg_busbw;
