@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/grpc_status.h"
 
 namespace ccl {
@@ -35,7 +36,8 @@ ClusterClient::ClusterClient(ClientOptions options,
                              v1::World world)
     : options_(std::move(options)),
       coordinator_(std::move(coordinator)),
-      world_(std::move(world)) {}
+      world_(std::move(world)),
+      group_ranks_(AllRanks()) {}
 
 absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
     const ClientOptions& options) {
@@ -47,8 +49,119 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
                         absl::StrCat("coordinator ", options.coordinator, ": ",
                                      std::string(world.status().message())));
   }
-  return std::unique_ptr<ClusterClient>(
+  std::unique_ptr<ClusterClient> client(
       new ClusterClient(options, std::move(coordinator), *std::move(world)));
+  if (!options.group.empty() && options.group != "world") {
+    if (absl::Status s = client->UseGroup(options.group); !s.ok()) return s;
+  }
+  return client;
+}
+
+absl::StatusOr<int> ClusterClient::GroupRank(int world_rank) const {
+  auto it = std::find(group_ranks_.begin(), group_ranks_.end(), world_rank);
+  if (it == group_ranks_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", world_rank, " is not a member of group '", options_.group,
+        "' (world ranks ", absl::StrJoin(group_ranks_, ","), ")"));
+  }
+  return static_cast<int>(it - group_ranks_.begin());
+}
+
+absl::StatusOr<std::vector<v1::GroupInfo>> ClusterClient::Groups() {
+  auto infos =
+      FanOut<v1::WorkerInfo>(AllRanks(), [&](int rank) { return Info(rank); });
+  std::vector<v1::GroupInfo> groups;
+  absl::Status first_error;
+  for (const auto& r : infos) {
+    if (!r.result.ok()) {
+      if (first_error.ok()) {
+        first_error = absl::Status(
+            r.result.status().code(),
+            absl::StrCat("rank ", r.rank, ": ", r.result.status().message()));
+      }
+      continue;
+    }
+    for (const auto& group : r.result->groups()) {
+      bool known = false;
+      for (const auto& g : groups) known = known || g.name() == group.name();
+      if (!known) groups.push_back(group);
+    }
+  }
+  if (groups.empty() && !first_error.ok()) return first_error;
+  return groups;
+}
+
+absl::Status ClusterClient::UseGroup(const std::string& group) {
+  if (group.empty() || group == "world") {
+    options_.group = "world";
+    group_ranks_ = AllRanks();
+    return absl::OkStatus();
+  }
+  auto groups = Groups();
+  if (!groups.ok()) return groups.status();
+  std::string known;
+  for (const auto& g : *groups) {
+    if (g.name() == group) {
+      options_.group = group;
+      group_ranks_.assign(g.ranks().begin(), g.ranks().end());
+      return absl::OkStatus();
+    }
+    absl::StrAppend(&known, known.empty() ? "" : ", ", g.name());
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no group named '", group, "' in the cluster (known: ", known,
+      "); make it with `ccctl group create`"));
+}
+
+std::vector<RankResult<v1::GroupInfo>> ClusterClient::CreateGroup(
+    const std::string& name, const std::vector<int>& ranks) {
+  auto seq = coordinator_->ReserveSequence(world_.generation(), "world", 1);
+  if (!seq.ok()) {
+    std::vector<RankResult<v1::GroupInfo>> failed;
+    for (int rank : AllRanks()) failed.push_back({rank, seq.status()});
+    return failed;
+  }
+  v1::CreateGroupRequest request;
+  request.set_name(name);
+  for (int rank : ranks) request.add_ranks(rank);
+  request.set_seq(*seq);
+  return FanOut<v1::GroupInfo>(AllRanks(), [&](int rank) {
+    auto context = Context(kRpcMargin);
+    return Unary<v1::GroupInfo>([&](v1::GroupInfo* response) {
+      return Worker(rank).CreateGroup(context.get(), request, response);
+    });
+  });
+}
+
+absl::Status ClusterClient::ToGroupRanks(v1::OpRequest& op) const {
+  if (options_.group == "world") return absl::OkStatus();
+  switch (op.kind()) {
+    case v1::OP_KIND_BROADCAST:
+    case v1::OP_KIND_REDUCE:
+    case v1::OP_KIND_GATHER:
+    case v1::OP_KIND_SCATTER: {
+      auto root = GroupRank(op.root());
+      if (!root.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("root: ", root.status().message()));
+      }
+      op.set_root(*root);
+      break;
+    }
+    case v1::OP_KIND_SEND:
+    case v1::OP_KIND_RECV: {
+      auto peer = GroupRank(op.peer());
+      if (!peer.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("peer: ", peer.status().message()));
+      }
+      op.set_peer(*peer);
+      break;
+    }
+    default:
+      break;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<int> ClusterClient::AllRanks() const {
@@ -191,6 +304,7 @@ absl::StatusOr<std::string> ClusterClient::Read(int rank,
 }
 
 absl::StatusOr<int64_t> ClusterClient::ReserveSeq(int64_t count) {
+  // Seqs are per (generation, group), as the workers' executors are.
   return coordinator_->ReserveSequence(world_.generation(), options_.group,
                                        count);
 }
@@ -215,10 +329,13 @@ std::vector<RankResult<v1::OpResponse>> ClusterClient::SubmitAll(
 
 std::vector<RankResult<v1::OpResponse>> ClusterClient::Collective(
     v1::OpRequest op) {
-  auto seq = ReserveSeq();
+  absl::Status translated = ToGroupRanks(op);
+  // A bad root fails before a seq is taken, so the group sees no gap.
+  absl::StatusOr<int64_t> seq =
+      translated.ok() ? ReserveSeq() : absl::StatusOr<int64_t>(translated);
   if (!seq.ok()) {
     std::vector<RankResult<v1::OpResponse>> failed;
-    for (int rank : AllRanks()) failed.push_back({rank, seq.status()});
+    for (int rank : GroupRanks()) failed.push_back({rank, seq.status()});
     return failed;
   }
   op.set_seq(*seq);
@@ -226,19 +343,28 @@ std::vector<RankResult<v1::OpResponse>> ClusterClient::Collective(
   op.set_generation(world_.generation());
   if (op.timeout_ms() == 0) op.set_timeout_ms(options_.timeout.count());
   std::vector<std::pair<int, v1::OpRequest>> per_rank;
-  for (int rank : AllRanks()) per_rank.emplace_back(rank, op);
+  for (int rank : GroupRanks()) per_rank.emplace_back(rank, op);
   return SubmitAll(per_rank);
 }
 
 std::vector<RankResult<v1::OpResponse>> ClusterClient::PointToPoint(
     const std::map<int, v1::OpRequest>& ops) {
-  auto seq = ReserveSeq();
+  absl::Status translated;
+  for (const auto& [rank, op] : ops) {
+    if (!translated.ok()) break;
+    translated = GroupRank(rank).status();
+    v1::OpRequest copy = op;
+    if (translated.ok()) translated = ToGroupRanks(copy);
+  }
+  absl::StatusOr<int64_t> seq =
+      translated.ok() ? ReserveSeq() : absl::StatusOr<int64_t>(translated);
   std::vector<std::pair<int, v1::OpRequest>> per_rank;
-  for (int rank : AllRanks()) {
+  for (int rank : GroupRanks()) {
     auto it = ops.find(rank);
     v1::OpRequest op;
     if (it != ops.end()) {
       op = it->second;
+      (void)ToGroupRanks(op);
     } else {
       op.set_kind(v1::OP_KIND_NOP);
     }
@@ -281,14 +407,24 @@ absl::StatusOr<v1::WorkStatus> ClusterClient::Test(int rank, int64_t work_id) {
 
 std::vector<RankResult<v1::BenchResponse>> ClusterClient::Bench(
     const std::function<v1::BenchRequest(int rank)>& for_rank) {
-  auto seq = ReserveSeq();
+  std::map<int, v1::BenchRequest> requests;
+  absl::Status translated;
+  for (int rank : GroupRanks()) {
+    v1::BenchRequest request = for_rank(rank);
+    // A bad root or peer fails before a seq is taken.
+    translated = ToGroupRanks(*request.mutable_op());
+    if (!translated.ok()) break;
+    requests[rank] = std::move(request);
+  }
+  absl::StatusOr<int64_t> seq =
+      translated.ok() ? ReserveSeq() : absl::StatusOr<int64_t>(translated);
   if (!seq.ok()) {
     std::vector<RankResult<v1::BenchResponse>> failed;
-    for (int rank : AllRanks()) failed.push_back({rank, seq.status()});
+    for (int rank : GroupRanks()) failed.push_back({rank, seq.status()});
     return failed;
   }
-  return FanOut<v1::BenchResponse>(AllRanks(), [&](int rank) {
-    v1::BenchRequest request = for_rank(rank);
+  return FanOut<v1::BenchResponse>(GroupRanks(), [&](int rank) {
+    v1::BenchRequest request = requests[rank];
     v1::OpRequest& op = *request.mutable_op();
     op.set_seq(*seq);
     op.set_group(options_.group);

@@ -22,6 +22,10 @@ namespace ccl {
 struct ClientOptions {
   std::string coordinator = "127.0.0.1:29400";
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  // The group ops run on. Ranks the client library takes and reports
+  // (root, peer, the keys of PointToPoint, RankResult::rank) are world
+  // ranks whatever the group, as torch.distributed's global ranks; the
+  // client translates them to group ranks on the wire.
   std::string group = "world";
 };
 
@@ -41,6 +45,23 @@ class ClusterClient {
   const v1::World& world() const { return world_; }
   int world_size() const { return world_.world_size(); }
   std::vector<int> AllRanks() const;
+  // World ranks of the client's group, in group-rank order (AllRanks for
+  // the world).
+  const std::vector<int>& GroupRanks() const { return group_ranks_; }
+  int group_size() const { return static_cast<int>(group_ranks_.size()); }
+  // The group rank of a world rank; INVALID_ARGUMENT if not a member.
+  absl::StatusOr<int> GroupRank(int world_rank) const;
+  // Switches the client to `group`, learning its members from the workers'
+  // GetInfo; NOT_FOUND if no worker knows it. Connect does this for
+  // options.group.
+  absl::Status UseGroup(const std::string& group);
+  // Every group the workers know (the union of their GetInfo), world first.
+  absl::StatusOr<std::vector<v1::GroupInfo>> Groups();
+  // Makes the subgroup `name` of the world ranks `ranks` (torch's
+  // new_group): at a fresh world seq, on every rank of the world (members
+  // or not). Results are per world rank.
+  std::vector<RankResult<v1::GroupInfo>> CreateGroup(
+      const std::string& name, const std::vector<int>& ranks);
   // INVALID_ARGUMENT unless every rank is in [0, world size).
   absl::Status CheckRanks(const std::vector<int>& ranks) const;
 
@@ -82,18 +103,21 @@ class ClusterClient {
   // Reserves the next sequence number of the client's group.
   absl::StatusOr<int64_t> ReserveSeq(int64_t count = 1);
 
-  // Runs one collective on every rank of the world at a fresh seq. The op's
-  // timeout defaults to the client's.
+  // Runs one collective on every rank of the client's group at a fresh seq
+  // of the group; op.root is a world rank. The op's timeout defaults to the
+  // client's.
   std::vector<RankResult<v1::OpResponse>> Collective(v1::OpRequest op);
-  // Point to point at one seq: `ops` maps a rank to its op (send or recv);
-  // every other rank gets a NOP so that all ranks see every seq.
+  // Point to point at one seq: `ops` maps a world rank to its op (send or
+  // recv, peer a world rank); every other rank of the group gets a NOP so
+  // that all of them see every seq.
   std::vector<RankResult<v1::OpResponse>> PointToPoint(
       const std::map<int, v1::OpRequest>& ops);
   absl::StatusOr<v1::WorkStatus> Wait(int rank, int64_t work_id,
                                       std::chrono::milliseconds timeout);
   absl::StatusOr<v1::WorkStatus> Test(int rank, int64_t work_id);
-  // One bench at one seq on every rank; `for_rank` gives each rank's request
-  // (the same for collectives; send, recv or nop for point to point).
+  // One bench at one seq on every rank of the group; `for_rank` gives each
+  // (world) rank's request (the same for collectives; send, recv or nop for
+  // point to point), root and peer as world ranks.
   std::vector<RankResult<v1::BenchResponse>> Bench(
       const std::function<v1::BenchRequest(int rank)>& for_rank);
 
@@ -103,10 +127,13 @@ class ClusterClient {
                 v1::World world);
   std::vector<RankResult<v1::OpResponse>> SubmitAll(
       const std::vector<std::pair<int, v1::OpRequest>>& per_rank);
+  // Root and peer of `op` from world ranks to ranks of the client's group.
+  absl::Status ToGroupRanks(v1::OpRequest& op) const;
 
   ClientOptions options_;
   std::unique_ptr<CoordinatorClient> coordinator_;
   v1::World world_;
+  std::vector<int> group_ranks_;
   std::mutex stubs_mutex_;
   std::map<int, std::unique_ptr<v1::Worker::Stub>> stubs_;
 };

@@ -30,7 +30,8 @@ if(CCL_HAVE_CUDA)
 
   # Device kernels on their own: the host warning flags are not nvcc's.
   add_library(ccl_cuda_kernels STATIC
-    ${CMAKE_CURRENT_LIST_DIR}/cuda/fill_kernels.cu)
+    ${CMAKE_CURRENT_LIST_DIR}/cuda/fill_kernels.cu
+    ${CMAKE_CURRENT_LIST_DIR}/cuda/check_kernels.cu)
   target_include_directories(ccl_cuda_kernels PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(ccl_cuda_kernels PUBLIC CUDA::cudart)
   set_target_properties(ccl_cuda_kernels PROPERTIES CUDA_STANDARD 17

@@ -14,7 +14,9 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/element.h"
 #include "common/status_macros.h"
 #include "server/communicator.h"
@@ -22,6 +24,9 @@
 #include "server/gloo/gloo_communicator.h"
 #include "server/tensor_store.h"
 #if CCL_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "server/cuda/check_kernels.h"
 #include "server/cuda/device_memory.h"
 #include "server/nccl/nccl_communicator.h"
 #endif
@@ -121,56 +126,56 @@ void FillPattern(const BoundOp& op, int rank, void* data, int64_t n) {
 }
 
 // Sets up the buffers for a checked run: outputs zeroed (no expected value
-// is 0), then inputs patterned (in place, the input overrides).
-void PrepareCheck(const BoundOp& op, int rank, int world) {
+// is 0), then inputs patterned (in place, the input overrides). `zero(p, n)`
+// and `fill(p, n)` do the work, on the host or on the device.
+template <typename Zero, typename FillFn>
+void PrepareCheckWith(const BoundOp& op, int rank, int world, Zero zero,
+                      FillFn fill) {
   const int64_t n = op.count;
-  const size_t esize = DTypeSize(op.dtype);
   const int64_t w = world;
-  auto zero = [&](void* p, int64_t count) {
-    if (p != nullptr && count > 0) {
-      std::memset(p, 0, static_cast<size_t>(count) * esize);
-    }
+  auto zero_if = [&](void* p, int64_t count) {
+    if (p != nullptr && count > 0) zero(p, count);
   };
   void* in = const_cast<void*>(op.input);
   const bool root = rank == op.root;
   switch (op.kind) {
     case OpKind::kAllReduce:
-      zero(op.output, n);
-      FillPattern(op, rank, in, n);
+      zero_if(op.output, n);
+      fill(in, n);
       break;
     case OpKind::kReduce:
-      if (root) zero(op.output, n);
-      FillPattern(op, rank, in, n);
+      if (root) zero_if(op.output, n);
+      fill(in, n);
       break;
     case OpKind::kBroadcast:
-      if (!root || op.input != op.output) zero(op.output, n);
-      if (root) FillPattern(op, rank, in, n);
+      if (!root || op.input != op.output) zero_if(op.output, n);
+      if (root) fill(in, n);
       break;
     case OpKind::kAllGather:
-      zero(op.output, w * n);
-      FillPattern(op, rank, in, n);
+      zero_if(op.output, w * n);
+      fill(in, n);
       break;
     case OpKind::kReduceScatter:
-      zero(op.output, n);
-      FillPattern(op, rank, in, w * n);
+      zero_if(op.output, n);
+      fill(in, w * n);
       break;
     case OpKind::kGather:
-      if (root) zero(op.output, w * n);
-      FillPattern(op, rank, in, n);
+      if (root) zero_if(op.output, w * n);
+      fill(in, n);
       break;
     case OpKind::kScatter:
-      zero(op.output, n);
-      if (root) FillPattern(op, rank, in, w * n);
+      zero_if(op.output, n);
+      if (root) fill(in, w * n);
       break;
     case OpKind::kAllToAll:
-      zero(op.output, w * n);
-      FillPattern(op, rank, in, w * n);
+      zero_if(op.output, w * n);
+      fill(in, w * n);
       break;
     case OpKind::kSend:
-      FillPattern(op, rank, in, n);
+      fill(in, n);
       break;
     case OpKind::kRecv:
-      zero(op.output, n);
+      zero_if(op.output, n);
       break;
     case OpKind::kBarrier:
     case OpKind::kNop:
@@ -178,75 +183,216 @@ void PrepareCheck(const BoundOp& op, int rank, int world) {
   }
 }
 
-int64_t CountWrong(const BoundOp& op, int rank, int world) {
+void PrepareCheck(const BoundOp& op, int rank, int world) {
+  const size_t esize = DTypeSize(op.dtype);
+  PrepareCheckWith(
+      op, rank, world,
+      [&](void* p, int64_t count) {
+        std::memset(p, 0, static_cast<size_t>(count) * esize);
+      },
+      [&](void* p, int64_t count) { FillPattern(op, rank, p, count); });
+}
+
+// What output element k of this rank should hold (see cuda::CheckSpec):
+// the reduction of element idx_base + k, rank k / chunk's pattern at
+// idx_base + k % chunk (chunked), or rank src's at idx_base + k.
+struct CheckPlan {
+  int64_t count = 0;  // output elements to check; 0: nothing on this rank
+  bool reduced = false;
+  bool chunked = false;
+  int src = 0;
+  int64_t idx_base = 0;
+  int64_t chunk = 1;
+};
+
+CheckPlan PlanCheck(const BoundOp& op, int rank, int world) {
   const int64_t n = op.count;
   const bool root = rank == op.root;
-  // expected(k) for output element k, or nothing to check on this rank.
-  std::function<double(int64_t)> expected;
-  int64_t out_count = 0;
+  CheckPlan plan;
+  plan.chunk = std::max<int64_t>(n, 1);
   switch (op.kind) {
     case OpKind::kAllReduce:
-      out_count = n;
-      expected = [&](int64_t k) { return Reduced(op, world, k); };
+      plan.count = n;
+      plan.reduced = true;
       break;
     case OpKind::kReduce:
-      if (!root) return 0;
-      out_count = n;
-      expected = [&](int64_t k) { return Reduced(op, world, k); };
+      plan.count = root ? n : 0;
+      plan.reduced = true;
       break;
     case OpKind::kBroadcast:
-      out_count = n;
-      expected = [&](int64_t k) {
-        return PatternValue(op.reduce_op, op.root, k);
-      };
+      plan.count = n;
+      plan.src = op.root;
       break;
     case OpKind::kAllGather:
-      out_count = world * n;
-      expected = [&](int64_t k) {
-        return PatternValue(op.reduce_op, static_cast<int>(k / n), k % n);
-      };
+      plan.count = world * n;
+      plan.chunked = true;
       break;
     case OpKind::kReduceScatter:
-      out_count = n;
-      expected = [&](int64_t k) { return Reduced(op, world, rank * n + k); };
+      plan.count = n;
+      plan.reduced = true;
+      plan.idx_base = rank * n;
       break;
     case OpKind::kGather:
-      if (!root) return 0;
-      out_count = world * n;
-      expected = [&](int64_t k) {
-        return PatternValue(op.reduce_op, static_cast<int>(k / n), k % n);
-      };
+      plan.count = root ? world * n : 0;
+      plan.chunked = true;
       break;
     case OpKind::kScatter:
-      out_count = n;
-      expected = [&](int64_t k) {
-        return PatternValue(op.reduce_op, op.root, rank * n + k);
-      };
+      plan.count = n;
+      plan.src = op.root;
+      plan.idx_base = rank * n;
       break;
     case OpKind::kAllToAll:
-      out_count = world * n;
-      expected = [&](int64_t k) {
-        return PatternValue(op.reduce_op, static_cast<int>(k / n),
-                            rank * n + k % n);
-      };
+      plan.count = world * n;
+      plan.chunked = true;
+      plan.idx_base = rank * n;
       break;
     case OpKind::kRecv:
-      out_count = n;
-      expected = [&](int64_t k) {
-        return PatternValue(op.reduce_op, op.peer, k);
-      };
+      plan.count = n;
+      plan.src = op.peer;
       break;
     default:
-      return 0;
+      break;
   }
+  return plan;
+}
+
+int64_t CountWrong(const BoundOp& op, int rank, int world) {
+  const CheckPlan plan = PlanCheck(op, rank, world);
   int64_t wrong = 0;
-  for (int64_t k = 0; k < out_count; ++k) {
-    const double want = RoundTo(op.dtype, expected(k));
+  for (int64_t k = 0; k < plan.count; ++k) {
+    double want;
+    if (plan.reduced) {
+      want = Reduced(op, world, plan.idx_base + k);
+    } else {
+      const int src =
+          plan.chunked ? static_cast<int>(k / plan.chunk) : plan.src;
+      const int64_t idx = plan.idx_base + (plan.chunked ? k % plan.chunk : k);
+      want = PatternValue(op.reduce_op, src, idx);
+    }
+    want = RoundTo(op.dtype, want);
     const double got = LoadElement(op.dtype, op.output, static_cast<size_t>(k));
     if (!(std::fabs(got - want) <= Tolerance(op.dtype, want))) ++wrong;
   }
   return wrong;
 }
+
+#if CCL_HAVE_CUDA
+// The device-side check, for the dtypes the kernels cover.
+std::optional<cuda::CheckType> DeviceCheckType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return cuda::CheckType::kFloat32;
+    case DType::kFloat64:
+      return cuda::CheckType::kFloat64;
+    case DType::kFloat16:
+      return cuda::CheckType::kFloat16;
+    case DType::kBFloat16:
+      return cuda::CheckType::kBFloat16;
+    case DType::kInt8:
+      return cuda::CheckType::kInt8;
+    case DType::kUInt8:
+      return cuda::CheckType::kUInt8;
+    case DType::kInt32:
+      return cuda::CheckType::kInt32;
+    case DType::kInt64:
+      return cuda::CheckType::kInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
+cuda::CheckReduce DeviceCheckReduce(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProd:
+      return cuda::CheckReduce::kProd;
+    case ReduceOp::kMin:
+      return cuda::CheckReduce::kMin;
+    case ReduceOp::kMax:
+      return cuda::CheckReduce::kMax;
+    case ReduceOp::kAvg:
+      return cuda::CheckReduce::kAvg;
+    case ReduceOp::kPremulSum:
+      return cuda::CheckReduce::kPremulSum;
+    default:
+      return cuda::CheckReduce::kSum;
+  }
+}
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// Fills and zeroes on the device (legacy default stream, which the
+// communicator's blocking stream orders after).
+absl::Status PrepareCheckOnDevice(const BoundOp& op, int device, int rank,
+                                  int world, cuda::CheckType type) {
+  CCL_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  const size_t esize = DTypeSize(op.dtype);
+  absl::Status status;
+  PrepareCheckWith(
+      op, rank, world,
+      [&](void* p, int64_t count) {
+        if (status.ok()) {
+          status =
+              CudaStatus(cudaMemset(p, 0, static_cast<size_t>(count) * esize),
+                         "cudaMemset");
+        }
+      },
+      [&](void* p, int64_t count) {
+        if (status.ok()) {
+          status =
+              CudaStatus(cuda::LaunchFillPattern(
+                             p, count, type, op.reduce_op == ReduceOp::kProd,
+                             rank, nullptr),
+                         "fill pattern kernel");
+        }
+      });
+  CCL_RETURN_IF_ERROR(status);
+  return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+absl::StatusOr<int64_t> CountWrongOnDevice(const BoundOp& op, int device,
+                                           int rank, int world,
+                                           cuda::CheckType type) {
+  const CheckPlan plan = PlanCheck(op, rank, world);
+  if (plan.count == 0) return 0;
+  CCL_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  cuda::CheckSpec spec;
+  spec.type = type;
+  spec.reduce = DeviceCheckReduce(op.reduce_op);
+  spec.premul_scale = op.premul_scale;
+  spec.world = world;
+  spec.count = plan.count;
+  spec.reduced = plan.reduced;
+  spec.chunked = plan.chunked;
+  spec.src = plan.src;
+  spec.idx_base = plan.idx_base;
+  spec.chunk = plan.chunk;
+  spec.floating = IsFloatingPoint(op.dtype);
+  spec.tolerance = Tolerance(op.dtype, 1.0);
+  unsigned long long* counter = nullptr;
+  CCL_RETURN_IF_ERROR(CudaStatus(
+      cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(*counter)),
+      "cudaMalloc(check counter)"));
+  unsigned long long wrong = 0;
+  absl::Status status =
+      CudaStatus(cudaMemset(counter, 0, sizeof(*counter)), "cudaMemset");
+  if (status.ok()) {
+    status =
+        CudaStatus(cuda::LaunchCountWrong(op.output, spec, counter, nullptr),
+                   "count-wrong kernel");
+  }
+  if (status.ok()) {
+    status = CudaStatus(
+        cudaMemcpy(&wrong, counter, sizeof(wrong), cudaMemcpyDeviceToHost),
+        "cudaMemcpy(check counter)");
+  }
+  cudaFree(counter);
+  CCL_RETURN_IF_ERROR(status);
+  return static_cast<int64_t>(wrong);
+}
+#endif
 
 // Runs warmup + iters instances of one op at one seq, back to back on the
 // executor thread, each waited for before the next starts so per-instance
@@ -337,8 +483,20 @@ class BenchTask final : public ExecutorTask {
       return absl::OkStatus();
     }
 #if CCL_HAVE_CUDA
-    // Device tensors: prepare and check on host copies (slow, but only for
-    // --check), with the op's pointers translated into them.
+    const int device = tensors_.front()->meta().device.index;
+    if (auto type = DeviceCheckType(op_.dtype)) {
+      // On the device, as nccl-tests does: only the count comes back.
+      CCL_RETURN_IF_ERROR(
+          PrepareCheckOnDevice(op_, device, comm.rank(), comm.size(), *type));
+      CCL_RETURN_IF_ERROR(RunOnce(comm, /*agree_first=*/true));
+      auto wrong =
+          CountWrongOnDevice(op_, device, comm.rank(), comm.size(), *type);
+      if (!wrong.ok()) return wrong.status();
+      result_.wrong = *wrong;
+      return absl::OkStatus();
+    }
+    // Other dtypes (fp8): prepare and check on host copies (slow, but only
+    // for --check), with the op's pointers translated into them.
     std::vector<std::vector<std::byte>> host(tensors_.size());
     for (size_t i = 0; i < tensors_.size(); ++i) {
       host[i].resize(static_cast<size_t>(tensors_[i]->bytes()));
@@ -346,12 +504,15 @@ class BenchTask final : public ExecutorTask {
                                            host[i].data(), tensors_[i]->data(),
                                            host[i].size()));
     }
+    // Strictly inside a tensor: two tensors may be adjacent in device
+    // memory, and the end of one (the start of the next) mapped into the
+    // first one's host copy would write past it.
     auto to_host = [&](const void* p) -> void* {
       if (p == nullptr) return nullptr;
       const auto* b = static_cast<const std::byte*>(p);
       for (size_t i = 0; i < tensors_.size(); ++i) {
         const std::byte* base = tensors_[i]->data();
-        if (b >= base && b <= base + tensors_[i]->bytes()) {
+        if (b >= base && b < base + tensors_[i]->bytes()) {
           return host[i].data() + (b - base);
         }
       }
@@ -437,6 +598,130 @@ class BenchTask final : public ExecutorTask {
 };
 
 // ---------------------------------------------------------------------------
+// CreateGroup runs on the world executor at a world seq, so every rank splits
+// at the same point of the world's op sequence. `make` builds this rank's
+// communicator of the group (null on a non-member) and `done` registers it,
+// both on the world's launch thread.
+
+class GroupTask final : public Work, public ExecutorTask {
+ public:
+  using Make = std::function<absl::StatusOr<std::shared_ptr<Communicator>>(
+      Communicator& world)>;
+  using Done = std::function<absl::Status(
+      absl::StatusOr<std::shared_ptr<Communicator>>)>;
+
+  GroupTask(int64_t id, std::string name, int64_t world_seq,
+            std::chrono::milliseconds timeout, Make make, Done done)
+      : id_(id),
+        name_(std::move(name)),
+        make_(std::move(make)),
+        done_(std::move(done)) {
+    spec_.group = kWorldGroup;
+    spec_.seq = world_seq;
+    spec_.kind = OpKind::kNop;
+    spec_.timeout = timeout;
+  }
+
+  // Work.
+  int64_t id() const override { return id_; }
+  const OpSpec& spec() const override { return spec_; }
+  WorkState state() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return state_;
+  }
+  absl::Status status() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+  OpTiming timing() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return timing_;
+  }
+  absl::Status Wait(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!done_cv_.wait_for(lock, timeout, [&] {
+          return state_ == WorkState::kCompleted ||
+                 state_ == WorkState::kFailed;
+        })) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("creating group '", name_, "' is still running"));
+    }
+    return status_;
+  }
+  void OnDone(std::function<void()> callback) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (state_ != WorkState::kCompleted && state_ != WorkState::kFailed) {
+        callbacks_.push_back(std::move(callback));
+        return;
+      }
+    }
+    callback();
+  }
+
+  // ExecutorTask.
+  int64_t seq() const override { return spec_.seq; }
+  std::chrono::milliseconds timeout() const override { return spec_.timeout; }
+  void Start() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    state_ = WorkState::kRunning;
+    timing_.queue_us =
+        std::chrono::duration<double, std::micro>(Clock::now() - enqueued_)
+            .count();
+  }
+  absl::StatusOr<std::unique_ptr<CommWork>> Launch(
+      Communicator& world) override {
+    const Clock::time_point start = Clock::now();
+    absl::Status status = done_(make_(world));
+    ran_ = true;
+    return std::make_unique<CompletedWork>(
+        std::move(status),
+        std::chrono::duration<double, std::micro>(Clock::now() - start)
+            .count());
+  }
+  void Complete(absl::Status status, double device_us) override {
+    // Not launched (cancelled, or the world is broken): the name is freed.
+    if (!ran_) (void)done_(status);
+    std::vector<std::function<void()>> callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!status.ok()) {
+        status = absl::Status(
+            status.code(),
+            absl::StrCat("creating group '", name_, "' at world seq ",
+                         spec_.seq, ": ", std::string(status.message())));
+      }
+      status_ = status;
+      state_ = status.ok() ? WorkState::kCompleted : WorkState::kFailed;
+      timing_.device_us = device_us;
+      timing_.total_us =
+          std::chrono::duration<double, std::micro>(Clock::now() - enqueued_)
+              .count();
+      callbacks.swap(callbacks_);
+    }
+    done_cv_.notify_all();
+    for (auto& callback : callbacks) callback();
+  }
+
+ private:
+  const int64_t id_;
+  const std::string name_;
+  OpSpec spec_;
+  const Make make_;
+  const Done done_;
+  const Clock::time_point enqueued_ = Clock::now();
+  // Launch thread only (Complete runs after Launch, or instead of it).
+  std::atomic<bool> ran_{false};
+
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  WorkState state_ = WorkState::kQueued;
+  absl::Status status_;
+  OpTiming timing_;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+// ---------------------------------------------------------------------------
 
 class WorkerCoreImpl final : public WorkerCore {
  public:
@@ -479,6 +764,7 @@ class WorkerCoreImpl final : public WorkerCore {
     auto executor = std::make_shared<Executor>(
         kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout);
     std::shared_ptr<Executor> old;
+    std::map<std::string, GroupEntry> old_groups;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (shutdown_) {
@@ -487,14 +773,19 @@ class WorkerCoreImpl final : public WorkerCore {
       }
       old = std::move(world_);
       world_ = std::move(executor);
+      old_groups.swap(groups_);
+      kv_ = &store;
       rank_ = rank;
       world_size_ = world_size;
       generation_ = generation;
     }
-    if (old) {
-      old->Stop(absl::AbortedError(absl::StrCat(
-          "generation ", generation, " replaced the world before the op ran")));
+    const absl::Status replaced = absl::AbortedError(absl::StrCat(
+        "generation ", generation, " replaced the world before the op ran"));
+    // Subgroups first: their communicators may be children of the world's.
+    for (auto& [name, group] : old_groups) {
+      if (group.executor) group.executor->Stop(replaced);
     }
+    if (old) old->Stop(replaced);
     return absl::OkStatus();
   }
 
@@ -611,41 +902,147 @@ class WorkerCoreImpl final : public WorkerCore {
     return absl::OkStatus();
   }
 
-  std::vector<GroupInfo> Groups() const override {
+  absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
+      const std::string& name, std::vector<int> ranks, int64_t world_seq,
+      std::chrono::milliseconds timeout) override {
+    OpSpec probe;
+    probe.seq = world_seq;
     std::shared_ptr<Executor> world;
-    int rank = 0;
-    int size = 0;
+    CCL_ASSIGN_OR_RETURN(world, FindGroup(probe));
+    if (world_seq < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("creating group '", name, "': seq must be >= 0"));
+    }
+    if (timeout.count() <= 0) timeout = config_.default_op_timeout;
+    int position = -1;
+    int64_t generation = 0;
+    KvStore* kv = nullptr;
+    absl::Status valid = ValidateGroupName(name);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      world = world_;
-      rank = rank_;
-      size = world_size_;
+      if (valid.ok()) valid = ValidateGroupRanks(ranks, world_size_);
+      if (valid.ok() && groups_.count(name) > 0) {
+        valid = absl::AlreadyExistsError(
+            absl::StrCat("a group named '", name, "' already exists"));
+      }
+      if (valid.ok()) {
+        GroupEntry& entry = groups_[name];
+        entry.ranks = ranks;
+        auto it = std::find(ranks.begin(), ranks.end(), rank_);
+        if (it != ranks.end()) {
+          position = static_cast<int>(it - ranks.begin());
+        }
+        entry.group_rank = position;
+      }
+      generation = generation_;
+      kv = kv_;
     }
+    if (!valid.ok()) return Refuse(*world, world_seq, valid);
+
+    const int size = static_cast<int>(ranks.size());
+    const std::string data_host = config_.data_host;
+    auto make = [=](Communicator& parent)
+        -> absl::StatusOr<std::shared_ptr<Communicator>> {
+#if CCL_HAVE_CUDA
+      if (auto* nccl = dynamic_cast<NcclCommunicator*>(&parent)) {
+        // Every rank of the parent takes part; non-members get nothing.
+        auto child = nccl->Split(position >= 0 ? 0 : NCCL_SPLIT_NOCOLOR,
+                                 std::max(position, 0), timeout);
+        if (!child.ok()) return child.status();
+        return std::shared_ptr<Communicator>(*std::move(child));
+      }
+#endif
+      (void)parent;
+      if (position < 0) return std::shared_ptr<Communicator>();
+      if (kv == nullptr) {
+        return absl::FailedPreconditionError("this worker has no KV store");
+      }
+      auto gloo = GlooCommunicator::Create(
+          position, size, data_host,
+          absl::StrCat("gen", generation, "/group/", name), *kv, timeout);
+      if (!gloo.ok()) return gloo.status();
+      return std::shared_ptr<Communicator>(*std::move(gloo));
+    };
+    auto done = [this, name, position,
+                 generation](absl::StatusOr<std::shared_ptr<Communicator>> comm)
+        -> absl::Status {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = groups_.find(name);
+      if (it == groups_.end() || generation_ != generation || shutdown_) {
+        return absl::AbortedError(
+            "the world changed while the group was being created");
+      }
+      if (!comm.ok()) {
+        groups_.erase(it);
+        return comm.status();
+      }
+      GroupEntry& entry = it->second;
+      entry.creating = false;
+      if (*comm) {
+        entry.executor = std::make_shared<Executor>(
+            name, position, *std::move(comm), config_.seq_gap_timeout);
+      }
+      return absl::OkStatus();
+    };
+    const int64_t id = next_work_id_.fetch_add(1);
+    auto task = std::make_shared<GroupTask>(id, name, world_seq, timeout,
+                                            std::move(make), std::move(done));
+    if (absl::Status s = world->Enqueue(task); !s.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (generation_ == generation) groups_.erase(name);
+      return s;
+    }
+    return std::shared_ptr<Work>(task);
+  }
+
+  std::vector<GroupInfo> Groups() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
     std::vector<GroupInfo> groups;
-    if (!world) return groups;
+    if (!world_) return groups;
     GroupInfo info;
-    info.name = world->group();
-    info.ranks.resize(static_cast<size_t>(size));
+    info.name = world_->group();
+    info.ranks.resize(static_cast<size_t>(world_size_));
     std::iota(info.ranks.begin(), info.ranks.end(), 0);
-    info.group_rank = rank;
-    info.next_seq = world->next_seq();
-    info.backend = world->communicator().name();
-    info.state = world->state();
+    info.group_rank = rank_;
+    info.next_seq = world_->next_seq();
+    info.backend = world_->communicator().name();
+    info.state = world_->state();
     groups.push_back(std::move(info));
+    for (const auto& [name, entry] : groups_) {
+      GroupInfo group;
+      group.name = name;
+      group.ranks = entry.ranks;
+      group.group_rank = entry.group_rank;
+      group.backend = world_->communicator().name();
+      if (entry.creating) {
+        group.state = "creating";
+      } else if (!entry.executor) {
+        group.state = "not a member";
+      } else {
+        group.next_seq = entry.executor->next_seq();
+        group.backend = entry.executor->communicator().name();
+        group.state = entry.executor->state();
+      }
+      groups.push_back(std::move(group));
+    }
     return groups;
   }
 
   void Shutdown() override {
     std::shared_ptr<Executor> world;
+    std::map<std::string, GroupEntry> groups;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       shutdown_ = true;
       world = std::move(world_);
+      groups.swap(groups_);
     }
-    if (world) {
-      world->Stop(
-          absl::CancelledError("the worker shut down before the op ran"));
+    const absl::Status reason =
+        absl::CancelledError("the worker shut down before the op ran");
+    for (auto& [name, group] : groups) {
+      if (group.executor) group.executor->Stop(reason);
     }
+    if (world) world->Stop(reason);
     store_.Clear();
   }
 
@@ -667,12 +1064,26 @@ class WorkerCoreImpl final : public WorkerCore {
           absl::StrCat("op is for generation ", spec.generation,
                        " but this worker is in ", "generation ", generation_));
     }
-    if (spec.group != kWorldGroup) {
+    if (spec.group == kWorldGroup) return world_;
+    auto it = groups_.find(spec.group);
+    if (it == groups_.end()) {
+      std::string known = kWorldGroup;
+      for (const auto& [name, entry] : groups_)
+        absl::StrAppend(&known, ", ", name);
       return absl::NotFoundError(absl::StrCat("no group named '", spec.group,
                                               "' on rank ", rank_,
-                                              "; known groups: world"));
+                                              "; known groups: ", known));
     }
-    return world_;
+    if (it->second.creating) {
+      return absl::UnavailableError(absl::StrCat(
+          "group '", spec.group, "' is still being created on rank ", rank_));
+    }
+    if (!it->second.executor) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, " is not a member of group '", spec.group,
+          "' (world ranks ", absl::StrJoin(it->second.ranks, ","), ")"));
+    }
+    return it->second.executor;
   }
 
   absl::StatusOr<Resolved> Resolve(const OpSpec& spec, Executor& executor) {
@@ -702,14 +1113,20 @@ class WorkerCoreImpl final : public WorkerCore {
       default:
         return fail("unknown op kind");
     }
+    // Root and peer are ranks of the op's group.
+    const std::string of_group =
+        spec.group == kWorldGroup
+            ? absl::StrCat("a world of size ", world)
+            : absl::StrCat("group '", spec.group, "' of size ", world,
+                           " (group ranks)");
     if (HasRoot(spec.kind) && (spec.root < 0 || spec.root >= world)) {
-      return fail(absl::StrCat("root ", spec.root, " is not a rank of a world ",
-                               "of size ", world));
+      return fail(
+          absl::StrCat("root ", spec.root, " is not a rank of ", of_group));
     }
     if (spec.kind == OpKind::kSend || spec.kind == OpKind::kRecv) {
       if (spec.peer < 0 || spec.peer >= world) {
-        return fail(absl::StrCat("peer ", spec.peer, " is not a rank of a ",
-                                 "world of size ", world));
+        return fail(
+            absl::StrCat("peer ", spec.peer, " is not a rank of ", of_group));
       }
       if (spec.peer == rank) {
         return fail(absl::StrCat("peer ", spec.peer,
@@ -908,6 +1325,16 @@ class WorkerCoreImpl final : public WorkerCore {
   int world_size_ = 0;
   int64_t generation_ = 0;
   std::shared_ptr<Executor> world_;
+  // The KV store of the current generation (FormWorld's), for Gloo
+  // rendezvous of subgroups.
+  KvStore* kv_ = nullptr;
+  struct GroupEntry {
+    std::vector<int> ranks;  // world ranks, in group-rank order
+    int group_rank = -1;     // -1: not a member
+    bool creating = true;
+    std::shared_ptr<Executor> executor;  // members, once created
+  };
+  std::map<std::string, GroupEntry> groups_;
 
   std::atomic<int64_t> next_work_id_{1};
   std::mutex works_mutex_;
@@ -915,6 +1342,41 @@ class WorkerCoreImpl final : public WorkerCore {
 };
 
 }  // namespace
+
+absl::Status ValidateGroupName(const std::string& name) {
+  if (name == kWorldGroup) {
+    return absl::AlreadyExistsError(
+        "the group name 'world' is taken by the world group");
+  }
+  if (absl::Status s = ValidateTensorName(name); !s.ok()) {
+    std::string message(s.message());
+    if (absl::StartsWith(message, "tensor name")) {
+      message = absl::StrCat("group name", message.substr(11));
+    }
+    return absl::InvalidArgumentError(message);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateGroupRanks(const std::vector<int>& ranks, int world_size) {
+  if (ranks.empty()) {
+    return absl::InvalidArgumentError("a group needs at least one rank");
+  }
+  std::vector<bool> seen(static_cast<size_t>(std::max(world_size, 0)), false);
+  for (int rank : ranks) {
+    if (rank < 0 || rank >= world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " is not a rank of a world of size ",
+                       world_size, " (group ranks are world ranks)"));
+    }
+    if (seen[static_cast<size_t>(rank)]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " is listed twice"));
+    }
+    seen[static_cast<size_t>(rank)] = true;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<WorkerCore>> WorkerCore::Create(
     WorkerConfig config) {

@@ -112,12 +112,21 @@ struct BenchResult {
 
 struct GroupInfo {
   std::string name;
+  // World ranks of the members, in group-rank order.
   std::vector<int> ranks;
+  // -1 on a rank that is not a member (it still knows the group, so that
+  // every rank agrees on which names are taken).
   int group_rank = 0;
   int64_t next_seq = 0;
   std::string backend;
   std::string state;
 };
+
+// Group names follow the tensor-name rules; "world" is taken.
+absl::Status ValidateGroupName(const std::string& name);
+// INVALID_ARGUMENT unless `ranks` is non-empty, distinct and in
+// [0, world_size).
+absl::Status ValidateGroupRanks(const std::vector<int>& ranks, int world_size);
 
 struct WorkerConfig {
   Device device;
@@ -137,7 +146,9 @@ class WorkerCore {
 
   // Builds the world communicator of a generation through `store`
   // (keys are prefixed with the generation). Blocks; call from a thread
-  // that may block (the worker's main thread), not a gRPC thread.
+  // that may block (the worker's main thread), not a gRPC thread. `store`
+  // must outlive the generation (subgroups rendezvous through it too); a
+  // new generation drops the subgroups of the old one.
   virtual absl::Status FormWorld(int rank, int world_size, int64_t generation,
                                  KvStore& store) = 0;
 
@@ -178,6 +189,19 @@ class WorkerCore {
       const OpSpec& spec, int warmup, int iters, bool check,
       std::function<void(absl::StatusOr<BenchResult>)> done) = 0;
 
+  // Makes the subgroup `name` of the world ranks `ranks` (group rank i is
+  // ranks[i]), as torch.distributed.new_group. A world-group op: every rank
+  // of the world must get the same call at the same world seq, members or
+  // not (NCCL splits the world communicator, which all of its ranks take
+  // part in). Members then run ops of the group on its own executor, whose
+  // seqs start at 0. INVALID_ARGUMENT for a bad name or rank list,
+  // ALREADY_EXISTS for a name already taken ("world" is), before anything
+  // is queued; the returned work completes when the group is usable here.
+  virtual absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
+      const std::string& name, std::vector<int> ranks, int64_t world_seq,
+      std::chrono::milliseconds timeout) = 0;
+
+  // Every group this worker knows, the world first.
   virtual std::vector<GroupInfo> Groups() const = 0;
 
   // Fails queued ops and stops executors; tensors are released.

@@ -520,11 +520,36 @@ grpc::ServerUnaryReactor* WorkerService::Test(
 }
 
 grpc::ServerUnaryReactor* WorkerService::CreateGroup(
-    grpc::CallbackServerContext* context, const v1::CreateGroupRequest*,
-    v1::GroupInfo*) {
-  return Finish(context, absl::UnimplementedError(
-                             "subgroups are not implemented yet; every op "
-                             "runs on the world group"));
+    grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
+    v1::GroupInfo* response) {
+  std::vector<int> ranks(request->ranks().begin(), request->ranks().end());
+  // The split waits for every rank of the world; bound it by most of the
+  // RPC's deadline when the caller set one, so the worker's clear error
+  // arrives before the RPC gives up.
+  std::chrono::milliseconds timeout(0);
+  const auto deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+        (deadline - std::chrono::system_clock::now()) * 4 / 5);
+    if (timeout.count() <= 0) timeout = std::chrono::milliseconds(1);
+  }
+  auto work =
+      core_.CreateGroup(request->name(), ranks, request->seq(), timeout);
+  if (!work.ok()) return Finish(context, work.status());
+  auto* reactor = context->DefaultReactor();
+  std::shared_ptr<Work> held = *work;
+  WorkerCore* core = &core_;
+  const std::string name = request->name();
+  held->OnDone([reactor, response, held, core, name] {
+    absl::Status status = held->status();
+    if (status.ok()) {
+      for (const GroupInfo& group : core->Groups()) {
+        if (group.name == name) GroupToProto(group, response);
+      }
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
 }
 
 }  // namespace ccl

@@ -49,7 +49,7 @@ struct BenchArgs {
   std::string op_name = "all_reduce";
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes;
   double factor = 0;
-  int iters = 20, warmup = 5, root = 0, check = 0;
+  int iters = 20, warmup = 5, root = -1, check = 0;
   std::string dtype = "float32", reduce = "sum", csv, plot;
   bool e2e = false;
 };
@@ -134,7 +134,8 @@ const BenchOp* FindOp(const std::string& name) {
   return nullptr;
 }
 
-int RunBench(Globals& globals, const BenchArgs& args) {
+int RunBench(Globals& globals, const BenchArgs& bench_args) {
+  BenchArgs args = bench_args;
   const BenchOp* op = FindOp(args.op_name);
   if (!op) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
@@ -171,9 +172,17 @@ int RunBench(Globals& globals, const BenchArgs& args) {
   }
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  const int n = (*client)->world_size();
+  // With --group only its members take part and sizes follow the group;
+  // --root is a world rank (-1, the default: the group's first member) and
+  // sendrecv runs between the group's first two members.
+  const int n = (*client)->group_size();
+  const std::vector<int> members = (*client)->GroupRanks();
   if (op->kind == v1::OP_KIND_SEND && n < 2) {
     return Fail(absl::FailedPreconditionError("sendrecv needs 2 ranks"));
+  }
+  if (args.root < 0) args.root = members.front();
+  if (auto member = (*client)->GroupRank(args.root); !member.ok()) {
+    return Fail(member.status(), true);
   }
   const int64_t element = static_cast<int64_t>(DTypeSize(*dtype));
   const std::string in_name = absl::StrCat("ccctl.bench.", getpid(), ".in");
@@ -187,24 +196,22 @@ int RunBench(Globals& globals, const BenchArgs& args) {
 
   auto free_all = [&] {
     for (const auto& name : {in_name, out_name}) {
-      (*client)->FanOut<int64_t>((*client)->AllRanks(), [&](int rank) {
-        return (*client)->Free(rank, name);
-      });
+      (*client)->FanOut<int64_t>(
+          members, [&](int rank) { return (*client)->Free(rank, name); });
     }
   };
   auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
-    auto results =
-        (*client)->FanOut<v1::TensorInfo>((*client)->AllRanks(), [&](int rank) {
-          auto info = (*client)->Info(rank);
-          if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
-          v1::AllocTensorRequest request;
-          request.mutable_spec()->set_name(name);
-          request.mutable_spec()->set_dtype(ToProto(*dtype));
-          request.mutable_spec()->add_shape(numel);
-          *request.mutable_spec()->mutable_device() = info->device();
-          request.mutable_fill()->set_kind(v1::FILL_KIND_ZEROS);
-          return (*client)->Alloc(rank, request);
-        });
+    auto results = (*client)->FanOut<v1::TensorInfo>(members, [&](int rank) {
+      auto info = (*client)->Info(rank);
+      if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
+      v1::AllocTensorRequest request;
+      request.mutable_spec()->set_name(name);
+      request.mutable_spec()->set_dtype(ToProto(*dtype));
+      request.mutable_spec()->add_shape(numel);
+      *request.mutable_spec()->mutable_device() = info->device();
+      request.mutable_fill()->set_kind(v1::FILL_KIND_ZEROS);
+      return (*client)->Alloc(rank, request);
+    });
     for (const auto& r : results) {
       if (!r.result.ok()) return r.result.status();
     }
@@ -252,11 +259,13 @@ int RunBench(Globals& globals, const BenchArgs& args) {
         // In place follows nccl-tests: the large buffer is the only one.
         const bool grows = out_count > in_count;
         if (op->kind == v1::OP_KIND_SEND) {
-          o.set_kind(rank == 0   ? v1::OP_KIND_SEND
-                     : rank == 1 ? v1::OP_KIND_RECV
-                                 : v1::OP_KIND_NOP);
-          o.set_peer(rank == 0 ? 1 : 0);
-          o.set_input(rank == 0 ? in_name : out_name);
+          const int first = members[0];
+          const int second = members[1];
+          o.set_kind(rank == first    ? v1::OP_KIND_SEND
+                     : rank == second ? v1::OP_KIND_RECV
+                                      : v1::OP_KIND_NOP);
+          o.set_peer(rank == first ? second : first);
+          o.set_input(rank == first ? in_name : out_name);
         } else if (in_place) {
           o.set_input(grows ? out_name : in_name);
         } else {
@@ -420,7 +429,8 @@ void AddBenchCommand(CLI::App& app, Globals& globals, int& exit_code) {
   bench->add_option("-d,--datatype", args->dtype)->capture_default_str();
   bench->add_option("--op", args->reduce, "reduce op (nccl-tests' -o)")
       ->capture_default_str();
-  bench->add_option("-r,--root", args->root)->capture_default_str();
+  bench->add_option("-r,--root", args->root,
+                    "root (a world rank; default: the group's first rank)");
   bench->add_option("-c,--check", args->check, "check results on the workers")
       ->capture_default_str();
   bench->add_flag("--e2e", args->e2e, "add the time a client sees per op");

@@ -14,5 +14,9 @@ void AddBenchCommand(CLI::App& app, Globals& globals, int& exit_code);
 void AddClusterCommands(CLI::App& app, Globals& globals, int& exit_code);
 void AddRunCommand(CLI::App& app, Globals& globals, int& exit_code);
 void AddCompletionCommand(CLI::App& app, int& exit_code);
+void AddGroupCommands(CLI::App& app, Globals& globals, int& exit_code);
+
+// The groups table of `ccctl status` and `ccctl group ls`.
+void PrintGroups(const std::vector<RankResult<v1::WorkerInfo>>& infos);
 
 }  // namespace ccl::ctl

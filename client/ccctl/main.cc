@@ -21,12 +21,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeout", globals.timeout, "per request, e.g. 3s, 500ms")
       ->capture_default_str();
-  app.add_option("--group", globals.group, "the group ops run on")
+  app.add_option("--group", globals.group,
+                 "the group ops run on (see `ccctl group create`); rank "
+                 "options stay world ranks")
       ->capture_default_str();
 
   AddStatusCommand(app, globals, exit_code);
   AddTensorCommands(app, globals, exit_code);
   AddOpCommands(app, globals, exit_code);
+  AddGroupCommands(app, globals, exit_code);
   AddBenchCommand(app, globals, exit_code);
   AddClusterCommands(app, globals, exit_code);
   AddRunCommand(app, globals, exit_code);

@@ -142,12 +142,19 @@ int RunCollective(Globals& globals, const OpCommand& command,
   }
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  const int world = (*client)->world_size();
-  if (args.root < 0 || args.root >= world) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-                    "root ", args.root, " is out of range for a world of ",
-                    world, " ranks")),
-                true);
+  // Sizes follow the group; --src/--dst stay world ranks (torch's global
+  // ranks), which the client translates to group ranks.
+  const int world = (*client)->group_size();
+  if (command.kind == v1::OP_KIND_BROADCAST ||
+      command.kind == v1::OP_KIND_SCATTER ||
+      command.kind == v1::OP_KIND_REDUCE ||
+      command.kind == v1::OP_KIND_GATHER) {
+    if (auto s = (*client)->CheckRanks({args.root}); !s.ok()) {
+      return Fail(s, true);
+    }
+    if (auto member = (*client)->GroupRank(args.root); !member.ok()) {
+      return Fail(member.status(), true);
+    }
   }
 
   v1::OpRequest op;
@@ -167,7 +174,7 @@ int RunCollective(Globals& globals, const OpCommand& command,
     auto alloc_all = [&](const std::string& name, int64_t numel,
                          v1::FillKind fill) -> absl::Status {
       auto results = (*client)->FanOut<v1::TensorInfo>(
-          (*client)->AllRanks(), [&](int rank) {
+          (*client)->GroupRanks(), [&](int rank) {
             auto info = (*client)->Info(rank);
             if (!info.ok())
               return absl::StatusOr<v1::TensorInfo>(info.status());
@@ -195,7 +202,7 @@ int RunCollective(Globals& globals, const OpCommand& command,
     if (sizes.out_chunks > 0) op.set_output(prefix + "out");
     if (!status.ok()) {
       for (const auto& name : temporaries) {
-        (*client)->FanOut<int64_t>((*client)->AllRanks(), [&](int rank) {
+        (*client)->FanOut<int64_t>((*client)->GroupRanks(), [&](int rank) {
           return (*client)->Free(rank, name);
         });
       }
@@ -231,7 +238,7 @@ int RunCollective(Globals& globals, const OpCommand& command,
     }
   }
   for (const auto& name : temporaries) {
-    (*client)->FanOut<int64_t>((*client)->AllRanks(), [&](int rank) {
+    (*client)->FanOut<int64_t>((*client)->GroupRanks(), [&](int rank) {
       return (*client)->Free(rank, name);
     });
   }
@@ -250,6 +257,12 @@ int RunSend(Globals& globals, const P2PArgs& args) {
   if (!client.ok()) return Fail(client.status());
   if (auto s = (*client)->CheckRanks({args.from, args.to}); !s.ok())
     return Fail(s, true);
+  // --from/--to are world ranks; with --group both must be members.
+  for (int rank : {args.from, args.to}) {
+    if (auto member = (*client)->GroupRank(rank); !member.ok()) {
+      return Fail(member.status(), true);
+    }
+  }
   if (args.from == args.to) {
     return Fail(absl::InvalidArgumentError("--from and --to must differ"),
                 true);
@@ -287,6 +300,11 @@ int RunRecv(Globals& globals, const P2PArgs& args) {
   if (!client.ok()) return Fail(client.status());
   if (auto s = (*client)->CheckRanks({args.from, args.rank}); !s.ok())
     return Fail(s, true);
+  for (int rank : {args.from, args.rank}) {
+    if (auto member = (*client)->GroupRank(rank); !member.ok()) {
+      return Fail(member.status(), true);
+    }
+  }
   v1::OpRequest recv;
   recv.set_kind(v1::OP_KIND_RECV);
   recv.set_input(args.tensor);
@@ -413,12 +431,14 @@ void AddOpCommands(CLI::App& app, Globals& globals, int& exit_code) {
     }
     if (command.kind == v1::OP_KIND_BROADCAST ||
         command.kind == v1::OP_KIND_SCATTER) {
-      sub->add_option("--src,--root", args->root, "source rank")
+      sub->add_option("--src,--root", args->root,
+                      "source rank (a world rank, also with --group)")
           ->capture_default_str();
     }
     if (command.kind == v1::OP_KIND_REDUCE ||
         command.kind == v1::OP_KIND_GATHER) {
-      sub->add_option("--dst,--root", args->root, "destination rank")
+      sub->add_option("--dst,--root", args->root,
+                      "destination rank (a world rank, also with --group)")
           ->capture_default_str();
     }
     sub->add_flag("--async", args->async,

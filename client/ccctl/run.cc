@@ -400,7 +400,8 @@ class Runner {
     op.set_input(step.tensor.empty() ? step.input : step.tensor);
     op.set_output(step.output);
     auto results = client_.Collective(op);
-    const auto all = client_.AllRanks();
+    // With --group only the group's members take part.
+    const auto all = client_.GroupRanks();
     RecordOp(step, id, results, std::set<int>(all.begin(), all.end()), outcome);
     return outcome;
   }
@@ -570,7 +571,10 @@ class Runner {
       if (s.op == step.op) shape = &s;
     }
     const DType dtype = *ParseDType(step.dtype);
-    const int n = client_.world_size();
+    // With --group: only members, sizes by the group, sendrecv between its
+    // first two members.
+    const int n = client_.group_size();
+    const std::vector<int>& members = client_.GroupRanks();
     const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
     const std::string prefix = absl::StrCat("ccctl.run.", getpid(), ".bench.");
     nlohmann::json rows = nlohmann::json::array();
@@ -585,8 +589,8 @@ class Runner {
       const std::string in_name = prefix + "in", out_name = prefix + "out";
       v1::Fill zeros;
       zeros.set_kind(v1::FILL_KIND_ZEROS);
-      auto allocs = client_.FanOut<bool>(
-          client_.AllRanks(), [&](int rank) -> absl::StatusOr<bool> {
+      auto allocs =
+          client_.FanOut<bool>(members, [&](int rank) -> absl::StatusOr<bool> {
             auto a = AllocOn(rank, in_name, dtype, {in}, zeros);
             if (!a.ok()) return a.status();
             auto b = AllocOn(rank, out_name, dtype, {out}, zeros);
@@ -606,11 +610,13 @@ class Runner {
           op.set_premul_scale(1.0);
           op.set_root(step.root_resolved);
           if (step.op == OpKind::kSend) {
-            op.set_kind(rank == 0   ? v1::OP_KIND_SEND
-                        : rank == 1 ? v1::OP_KIND_RECV
-                                    : v1::OP_KIND_NOP);
-            op.set_peer(rank == 0 ? 1 : 0);
-            op.set_input(rank == 0 ? in_name : out_name);
+            const int first = members[0];
+            const int second = members.size() > 1 ? members[1] : first;
+            op.set_kind(rank == first    ? v1::OP_KIND_SEND
+                        : rank == second ? v1::OP_KIND_RECV
+                                         : v1::OP_KIND_NOP);
+            op.set_peer(rank == first ? second : first);
+            op.set_input(rank == first ? in_name : out_name);
           } else {
             op.set_input(in_name);
             op.set_output(out_name);

@@ -110,7 +110,8 @@ int Status(Globals& globals) {
                   absl::StrCat(member.last_seen_age_ms(), "ms ago"), backend,
                   tensors, bytes});
   }
-  std::cout << table.Render();
+  std::cout << table.Render() << "\n";
+  PrintGroups(infos);
   return kExitOk;
 }
 

@@ -167,35 +167,129 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       if (comm != nullptr) ncclCommAbort(comm);
       return s;
     }
-    cudaStream_t stream = nullptr;
-    void* barrier = nullptr;
-    auto cleanup = [&] {
-      if (barrier != nullptr) cudaFree(barrier);
-      if (stream != nullptr) cudaStreamDestroy(stream);
-      ncclCommAbort(comm);
-    };
-    // A blocking stream on purpose: it orders after host-side copies and
-    // fills on the legacy default stream.
-    if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
-      cleanup();
-      return nccl::CudaErrorStatus(e, "cudaStreamCreate", __FILE__, __LINE__);
-    }
-    if (cudaError_t e = cudaMalloc(&barrier, 64); e != cudaSuccess) {
-      barrier = nullptr;
-      cleanup();
-      return nccl::CudaErrorStatus(e, "cudaMalloc(barrier)", __FILE__,
-                                   __LINE__);
-    }
-    if (cudaError_t e = cudaMemset(barrier, 0, 64); e != cudaSuccess) {
-      cleanup();
-      return nccl::CudaErrorStatus(e, "cudaMemset(barrier)", __FILE__,
-                                   __LINE__);
-    }
-    return std::unique_ptr<NcclCommunicator>(
-        new NcclCommunicator(rank, size, device, comm, stream, barrier));
+    return Wrap(rank, size, device, comm);
   };
   auto made = init();
   if (!made.ok()) return annotate(made.status());
+  return made;
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Wrap(
+    int rank, int size, int device, ncclComm_t comm) {
+  cudaStream_t stream = nullptr;
+  void* barrier = nullptr;
+  auto cleanup = [&] {
+    if (barrier != nullptr) cudaFree(barrier);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    ncclCommAbort(comm);
+  };
+  // A blocking stream on purpose: it orders after host-side copies and
+  // fills on the legacy default stream.
+  if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
+    cleanup();
+    return nccl::CudaErrorStatus(e, "cudaStreamCreate", __FILE__, __LINE__);
+  }
+  if (cudaError_t e = cudaMalloc(&barrier, 64); e != cudaSuccess) {
+    barrier = nullptr;
+    cleanup();
+    return nccl::CudaErrorStatus(e, "cudaMalloc(barrier)", __FILE__, __LINE__);
+  }
+  if (cudaError_t e = cudaMemset(barrier, 0, 64); e != cudaSuccess) {
+    cleanup();
+    return nccl::CudaErrorStatus(e, "cudaMemset(barrier)", __FILE__, __LINE__);
+  }
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(rank, size, device, comm, stream, barrier));
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(
+    int color, int key, std::chrono::milliseconds timeout) {
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const std::string where =
+      absl::StrCat("ncclCommSplit of rank ", rank_, "/", size_, " (color ",
+                   color, ", key ", key, ")");
+  std::lock_guard<std::mutex> lock(comm_mutex_);
+  if (aborted_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the parent communicator was aborted"));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  // Non-blocking: NCCL's init thread writes the child's handle into the
+  // slot after ncclCommSplit returned (seen with NCCL 2.28), and freeing the
+  // slot once the split looked complete still corrupted the heap. So the
+  // slot is never freed: 8 bytes per split. The split is done once the
+  // parent (every rank) and the child (members) are past ncclInProgress.
+  auto* slot = new ncclComm_t(nullptr);
+  auto child_of = [slot] { return __atomic_load_n(slot, __ATOMIC_ACQUIRE); };
+  const bool member = color != NCCL_SPLIT_NOCOLOR;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  auto state = [](ncclComm_t c) {
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t got = ncclCommGetAsyncError(c, &async);
+    return got != ncclSuccess ? got : async;
+  };
+  ncclResult_t result = ncclCommSplit(comm_, color, key, slot, &config);
+  Backoff backoff;
+  while (result == ncclSuccess || result == ncclInProgress) {
+    const ncclResult_t parent = state(comm_);
+    ncclComm_t child = child_of();
+    const ncclResult_t own =
+        !member ? ncclSuccess
+                : (child != nullptr ? state(child) : ncclInProgress);
+    if (parent != ncclSuccess && parent != ncclInProgress) {
+      result = parent;
+      break;
+    }
+    if (own != ncclSuccess && own != ncclInProgress) {
+      result = own;
+      break;
+    }
+    if (parent == ncclSuccess && own == ncclSuccess) {
+      result = ncclSuccess;
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      if (child != nullptr) ncclCommAbort(child);
+      absl::Status why = absl::DeadlineExceededError(
+          absl::StrCat(where, ": not every rank of the parent joined within ",
+                       timeout.count(), " ms; the parent was aborted"));
+      // The parent is mid-collective with peers that never came: unusable.
+      Poison(why);
+      aborted_ = true;
+      ncclCommAbort(comm_);
+      return why;
+    }
+    backoff.Pause();
+  }
+  ncclComm_t child = child_of();
+  if (result != ncclSuccess) {
+    absl::Status s = nccl::NcclErrorStatus(
+        result, "ncclCommSplit", __FILE__, __LINE__,
+        ncclGetLastError(child != nullptr ? child : comm_));
+    if (child != nullptr) ncclCommAbort(child);
+    return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+  }
+  if (child == nullptr) {
+    if (member) {
+      return absl::InternalError(
+          absl::StrCat(where, ": NCCL returned no communicator"));
+    }
+    return std::unique_ptr<NcclCommunicator>();
+  }
+  int child_rank = -1;
+  int child_size = 0;
+  if (ncclCommUserRank(child, &child_rank) != ncclSuccess ||
+      ncclCommCount(child, &child_size) != ncclSuccess) {
+    ncclCommAbort(child);
+    return absl::InternalError(
+        absl::StrCat(where, ": cannot read the child's rank and size"));
+  }
+  auto made = Wrap(child_rank, child_size, device_, child);
+  if (!made.ok()) {
+    return absl::Status(made.status().code(),
+                        absl::StrCat(where, ": ", made.status().message()));
+  }
   return made;
 }
 

@@ -33,6 +33,14 @@ class NcclCommunicator final : public Communicator {
       std::chrono::milliseconds timeout);
   ~NcclCommunicator() override;
 
+  // ncclCommSplit of this communicator, non-blocking like the parent and
+  // polled up to `timeout`. A collective of the parent: every one of its
+  // ranks calls it, in the same place in its sequence of ops. Members pass
+  // color 0 and their group rank as `key` and get the child; the others
+  // pass NCCL_SPLIT_NOCOLOR and get null.
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> Split(
+      int color, int key, std::chrono::milliseconds timeout);
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
@@ -51,6 +59,10 @@ class NcclCommunicator final : public Communicator {
  private:
   NcclCommunicator(int rank, int size, int device, ncclComm_t comm,
                    cudaStream_t stream, void* barrier_buf);
+  // Gives an initialised comm its stream and barrier buffer; aborts the
+  // comm on failure.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Wrap(
+      int rank, int size, int device, ncclComm_t comm);
 
   absl::Status Enqueue(const BoundOp& op, ncclDataType_t dtype,
                        std::chrono::steady_clock::time_point deadline);

@@ -1,5 +1,6 @@
 // Runs the real ccctl binary against a real local cluster: every subcommand,
 // table and JSON output, exit codes, and every example in examples/.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -218,10 +219,65 @@ TEST_F(CcctlTest, EveryExamplePasses) {
   EXPECT_GE(examples, 10);
 }
 
+TEST_F(CcctlTest, LoneRecvSendWithoutRecvAndTest) {
+  ASSERT_EQ(Ccctl("tensor alloc lone --shape 3").exit_code, 0);
+  // The tutorial's trap, bounded: a recv whose sender never sends.
+  Result recv = Ccctl("--timeout 2s recv --tensor lone --rank 1 --from 0");
+  EXPECT_EQ(recv.exit_code, 1);
+  EXPECT_NE(recv.err.find("DEADLINE_EXCEEDED"), std::string::npos) << recv.err;
+  EXPECT_NE(recv.err.find("rank 0 posted no matching send"), std::string::npos)
+      << recv.err;
+  // The worker still answers, and `test` reports on async work.
+  Result read = Ccctl("tensor read lone --rank 1");
+  EXPECT_EQ(read.exit_code, 0) << read.err;
+  Result bad_id = Ccctl("test 1:999999");
+  EXPECT_EQ(bad_id.exit_code, 1);
+  EXPECT_NE(bad_id.err.find("NOT_FOUND"), std::string::npos) << bad_id.err;
+  EXPECT_EQ(Ccctl("test nonsense").exit_code, 2);
+}
+
 TEST_F(CcctlTest, CompletionScript) {
   Result completion = Ccctl("completion bash");
   EXPECT_EQ(completion.exit_code, 0);
   EXPECT_NE(completion.out.find("complete -F _ccctl ccctl"), std::string::npos);
+}
+
+// `ccctl cluster up` / `down` with their own state folder: the README's main
+// command in small.
+TEST(CcctlClusterTest, UpRunsACollectiveAndDownStopsEverything) {
+  auto binary = testing::BinaryPath("ccctl");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  const fs::path state =
+      fs::temp_directory_path() / absl::StrCat("ccctl_cluster_test.", getpid());
+  const std::string prefix =
+      absl::StrCat("CCCTL_STATE_DIR=", state.string(), " ", *binary, " ");
+  const std::string out = (state / "out.txt").string();
+  fs::create_directories(state);
+  auto run = [&](const std::string& args) {
+    const int status =
+        std::system((prefix + args + " >" + out + " 2>&1 </dev/null").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(run("cluster up --workers 2 --wait 60s"), 0) << Slurp(out);
+  EXPECT_EQ(run("allreduce --op sum"), 0) << Slurp(out);
+  EXPECT_NE(Slurp(out).find("[3.0]"), std::string::npos) << Slurp(out);
+  std::ifstream state_file(state / "state.json");
+  const nlohmann::json document = nlohmann::json::parse(state_file);
+  std::vector<pid_t> pids = {document["coordinator_pid"].get<pid_t>()};
+  for (const auto& pid : document["workers"]) pids.push_back(pid.get<pid_t>());
+  EXPECT_EQ(run("cluster down"), 0) << Slurp(out);
+  for (pid_t pid : pids) {
+    // Gone, or a zombie waiting for its (exited) parent's reaper.
+    const bool gone =
+        kill(pid, 0) != 0 ||
+        Slurp("/proc/" + std::to_string(pid) + "/stat").find(" Z ") !=
+            std::string::npos;
+    EXPECT_TRUE(gone) << "process " << pid << " still runs";
+  }
+  EXPECT_FALSE(fs::exists(state / "state.json"));
+  // Without a cluster, commands fail with the status name, not a hang.
+  EXPECT_EQ(run("--timeout 1s status"), 1);
+  fs::remove_all(state);
 }
 
 }  // namespace

@@ -25,3 +25,24 @@ target_link_libraries(worker_lifecycle_test PRIVATE ccl_local_cluster GTest::gte
 ccl_target_defaults(worker_lifecycle_test)
 add_test(NAME worker_lifecycle_test COMMAND worker_lifecycle_test)
 set_tests_properties(worker_lifecycle_test PROPERTIES LABELS integration TIMEOUT 300)
+
+add_executable(groups_test ${CMAKE_CURRENT_LIST_DIR}/groups_test.cc)
+target_link_libraries(groups_test PRIVATE ccl_local_cluster GTest::gtest_main)
+add_dependencies(groups_test ccctl)
+ccl_target_defaults(groups_test)
+add_test(NAME groups_test COMMAND groups_test)
+set_tests_properties(groups_test PROPERTIES LABELS integration TIMEOUT 300)
+
+# The same tests on NCCL (ncclCommSplit): workers on cuda:0..3; label gpu,
+# skips visibly with fewer than four GPUs.
+if(CCL_HAVE_CUDA)
+  add_executable(groups_nccl_test ${CMAKE_CURRENT_LIST_DIR}/groups_test.cc)
+  target_link_libraries(groups_nccl_test PRIVATE ccl_local_cluster
+    CUDA::cudart GTest::gtest_main)
+  target_compile_definitions(groups_nccl_test PRIVATE
+    CCL_CONFORMANCE_DEVICE="cuda" CCL_CONFORMANCE_CUDA=1)
+  add_dependencies(groups_nccl_test ccctl)
+  ccl_target_defaults(groups_nccl_test)
+  add_test(NAME groups_nccl_test COMMAND groups_nccl_test)
+  set_tests_properties(groups_nccl_test PROPERTIES LABELS gpu TIMEOUT 600)
+endif()

@@ -10,3 +10,10 @@ target_link_libraries(gloo_conformance_unit_tests PRIVATE ccl_worker_core GTest:
 ccl_target_defaults(gloo_conformance_unit_tests)
 add_test(NAME gloo_conformance_unit_tests COMMAND gloo_conformance_unit_tests)
 set_tests_properties(gloo_conformance_unit_tests PROPERTIES LABELS unit TIMEOUT 120)
+
+add_executable(groups_unit_tests ${CMAKE_CURRENT_LIST_DIR}/groups_unit_test.cc)
+target_link_libraries(groups_unit_tests PRIVATE ccl_worker_core GTest::gtest_main)
+target_include_directories(groups_unit_tests PRIVATE ${PROJECT_SOURCE_DIR})
+ccl_target_defaults(groups_unit_tests)
+add_test(NAME groups_unit_tests COMMAND groups_unit_tests)
+set_tests_properties(groups_unit_tests PROPERTIES LABELS unit TIMEOUT 60)
