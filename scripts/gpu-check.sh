@@ -76,6 +76,21 @@ step allreduce_sum 60 "$ccctl" allreduce --op sum
 for yaml in "$root"/examples/*.yaml; do
   step "run_$(basename "$yaml" .yaml)" 120 "$ccctl" run "$yaml"
 done
+# Subgroups on 2 GPUs: a pair in reverse order, and a one-rank group (rank 0
+# takes part in the split as a non-member).
+step group_create 60 "$ccctl" group create pair --ranks 1,0
+step group_create_solo 60 "$ccctl" group create solo --ranks 1
+step group_allreduce 60 bash -c "'$ccctl' --group pair allreduce --op sum | tee /dev/stderr | grep -c '\[3.0\]' | grep -qx 2"
+step group_solo_broadcast 60 "$ccctl" --group solo broadcast --src 1
+step group_status 30 "$ccctl" group ls
+# Results checked on the device (-c 1), several dtypes.
+for dtype in float32 bfloat16 float16 int32; do
+  step "bench_check_$dtype" 120 "$ccctl" bench all_reduce -b 8 -e 256M -f 16 \
+    -n 5 -w 2 -c 1 -d "$dtype"
+done
+step bench_check_group 120 "$ccctl" --group pair bench reduce_scatter -b 1K \
+  -e 64M -f 16 -n 5 -w 2 -c 1
+
 for op in all_reduce all_gather reduce_scatter broadcast alltoall sendrecv; do
   step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \
     --csv "$OUT/bench_$op.csv"
