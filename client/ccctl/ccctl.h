@@ -3,6 +3,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ bool ReportRankErrors(const std::vector<RankResult<T>>& results) {
   }
   return failed;
 }
+
+// The fill names ccctl and experiments accept ("rank+1", "arange", ...).
+std::optional<v1::FillKind> FillKindByName(const std::string& name);
 
 nlohmann::json ProtoToJson(const google::protobuf::Message& message);
 void PrintJson(const nlohmann::json& document);

@@ -47,6 +47,25 @@ int Fail(const absl::Status& status, bool usage) {
   return usage ? kExitUsage : kExitFailure;
 }
 
+std::optional<v1::FillKind> FillKindByName(const std::string& name) {
+  static const std::pair<const char*, v1::FillKind> kKinds[] = {
+      {"zeros", v1::FILL_KIND_ZEROS},
+      {"ones", v1::FILL_KIND_ONES},
+      {"constant", v1::FILL_KIND_CONSTANT},
+      {"rank", v1::FILL_KIND_RANK},
+      {"rank+1", v1::FILL_KIND_RANK_PLUS_ONE},
+      {"arange", v1::FILL_KIND_ARANGE},
+      {"arange+rank", v1::FILL_KIND_ARANGE_PLUS_RANK},
+      {"random", v1::FILL_KIND_RANDOM},
+      {"affine", v1::FILL_KIND_AFFINE},
+      {"empty", v1::FILL_KIND_UNINITIALIZED},
+  };
+  for (const auto& [known, kind] : kKinds) {
+    if (name == known) return kind;
+  }
+  return std::nullopt;
+}
+
 nlohmann::json ProtoToJson(const google::protobuf::Message& message) {
   std::string text;
   google::protobuf::util::JsonPrintOptions options;

@@ -54,22 +54,8 @@ struct Outcome {
 };
 
 absl::StatusOr<v1::Fill> FillFor(const Step& step, const Vars& vars) {
-  static const std::pair<const char*, v1::FillKind> kKinds[] = {
-      {"zeros", v1::FILL_KIND_ZEROS},
-      {"ones", v1::FILL_KIND_ONES},
-      {"constant", v1::FILL_KIND_CONSTANT},
-      {"rank", v1::FILL_KIND_RANK},
-      {"rank+1", v1::FILL_KIND_RANK_PLUS_ONE},
-      {"arange", v1::FILL_KIND_ARANGE},
-      {"arange+rank", v1::FILL_KIND_ARANGE_PLUS_RANK},
-      {"random", v1::FILL_KIND_RANDOM},
-      {"affine", v1::FILL_KIND_AFFINE},
-      {"empty", v1::FILL_KIND_UNINITIALIZED},
-  };
   v1::Fill fill;
-  for (const auto& [name, kind] : kKinds) {
-    if (step.fill == name) fill.set_kind(kind);
-  }
+  if (auto kind = FillKindByName(step.fill)) fill.set_kind(*kind);
   auto value = step.fill_value.Evaluate(vars);
   if (!value.ok()) return value.status();
   auto rank_scale = step.fill_rank_scale.Evaluate(vars);

@@ -118,31 +118,21 @@ int Status(Globals& globals) {
 struct AllocArgs {
   std::string name, shape = "1", dtype = "float32", fill = "zeros", ranks,
                     device;
-  double value = 0;
+  double value = 0, rank_scale = 0, step = 0;
   uint64_t seed = 0;
 };
 
 absl::StatusOr<v1::Fill> ParseFill(const std::string& text, double value,
+                                   double rank_scale, double step,
                                    uint64_t seed) {
   v1::Fill fill;
   fill.set_value(value);
+  fill.set_rank_scale(rank_scale);
+  fill.set_step(step);
   fill.set_seed(seed);
-  static const std::vector<std::pair<std::string, v1::FillKind>> kFills = {
-      {"zeros", v1::FILL_KIND_ZEROS},
-      {"ones", v1::FILL_KIND_ONES},
-      {"constant", v1::FILL_KIND_CONSTANT},
-      {"rank", v1::FILL_KIND_RANK},
-      {"rank+1", v1::FILL_KIND_RANK_PLUS_ONE},
-      {"arange", v1::FILL_KIND_ARANGE},
-      {"arange+rank", v1::FILL_KIND_ARANGE_PLUS_RANK},
-      {"random", v1::FILL_KIND_RANDOM},
-      {"empty", v1::FILL_KIND_UNINITIALIZED},
-  };
-  for (const auto& [name, kind] : kFills) {
-    if (name == text) {
-      fill.set_kind(kind);
-      return fill;
-    }
+  if (auto kind = FillKindByName(text)) {
+    fill.set_kind(*kind);
+    return fill;
   }
   // A bare number is a constant fill.
   double constant = 0;
@@ -155,7 +145,8 @@ absl::StatusOr<v1::Fill> ParseFill(const std::string& text, double value,
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown fill '", text,
       "'; expected zeros, ones, constant (with --value), a number, rank, "
-      "rank+1, arange, arange+rank, random (with --seed) or empty"));
+      "rank+1, arange, arange+rank, affine (with --value, --rank-scale, "
+      "--step), random (with --seed) or empty"));
 }
 
 int Alloc(Globals& globals, const AllocArgs& args) {
@@ -163,7 +154,8 @@ int Alloc(Globals& globals, const AllocArgs& args) {
   if (!shape.ok()) return Fail(shape.status(), true);
   auto dtype = ParseDType(args.dtype);
   if (!dtype.ok()) return Fail(dtype.status(), true);
-  auto fill = ParseFill(args.fill, args.value, args.seed);
+  auto fill =
+      ParseFill(args.fill, args.value, args.rank_scale, args.step, args.seed);
   if (!fill.ok()) return Fail(fill.status(), true);
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
@@ -397,6 +389,10 @@ void AddTensorCommands(CLI::App& app, Globals& globals, int& exit_code) {
       ->capture_default_str();
   alloc->add_option("--value", alloc_args->value, "value of a constant fill");
   alloc->add_option("--seed", alloc_args->seed, "seed of a random fill");
+  alloc->add_option("--rank-scale", alloc_args->rank_scale,
+                    "affine fill: value + rank * rank-scale + i * step");
+  alloc->add_option("--step", alloc_args->step,
+                    "affine fill: see --rank-scale");
   alloc->add_option("--ranks", alloc_args->ranks, "e.g. 0,2 (default: all)");
   alloc->add_option("--device", alloc_args->device,
                     "cpu or cuda:N (default: the worker's device)");
