@@ -396,6 +396,18 @@ absl::StatusOr<v1::WorkStatus> ClusterClient::Wait(
   return status;
 }
 
+absl::StatusOr<v1::OpLog> ClusterClient::OpLog(int rank,
+                                               const std::string& group,
+                                               int limit) {
+  auto context = Context();
+  v1::GetOpLogRequest request;
+  request.set_group(group);
+  request.set_limit(limit);
+  return Unary<v1::OpLog>([&](v1::OpLog* response) {
+    return Worker(rank).GetOpLog(context.get(), request, response);
+  });
+}
+
 absl::StatusOr<v1::WorkStatus> ClusterClient::Test(int rank, int64_t work_id) {
   auto context = Context();
   v1::TestRequest request;

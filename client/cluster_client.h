@@ -115,6 +115,9 @@ class ClusterClient {
   absl::StatusOr<v1::WorkStatus> Wait(int rank, int64_t work_id,
                                       std::chrono::milliseconds timeout);
   absl::StatusOr<v1::WorkStatus> Test(int rank, int64_t work_id);
+  // The flight recorder of `group` on one rank.
+  absl::StatusOr<v1::OpLog> OpLog(int rank, const std::string& group,
+                                  int limit);
   // One bench at one seq on every rank of the group; `for_rank` gives each
   // (world) rank's request (the same for collectives; send, recv or nop for
   // point to point), root and peer as world ranks.

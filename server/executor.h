@@ -138,6 +138,8 @@ class OpWork final : public Work, public ExecutorTask {
   void MarkHeld() { held_ = true; }
   // "all_reduce seq 5 of group world".
   std::string Describe() const;
+  // What the backend runs (dtype and count matter to the flight recorder).
+  const BoundOp& bound() const { return op_; }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -39,6 +39,8 @@ using Clock = std::chrono::steady_clock;
 // Completed works beyond this many are dropped oldest first, so sync ops
 // (whose callers never ForgetWork) cannot grow the table without bound.
 constexpr size_t kMaxRememberedWorks = 1 << 16;
+// Flight recorder entries kept per group.
+constexpr size_t kFlightRecords = 256;
 
 std::string Name(OpKind kind) { return std::string(OpKindName(kind)); }
 
@@ -837,28 +839,79 @@ class WorkerCoreImpl final : public WorkerCore {
     OpSpec normalized = spec;
     CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
     auto resolved = Resolve(normalized, *executor);
-    if (!resolved.ok()) return Refuse(*executor, spec.seq, resolved.status());
+    if (!resolved.ok()) return Refuse(*executor, normalized, resolved.status());
     const int64_t id = next_work_id_.fetch_add(1);
     auto work = std::make_shared<OpWork>(id, normalized, resolved->op,
                                          resolved->tensors, &store_);
     if (absl::Status s = store_.Hold(resolved->tensors, id, work->Describe());
         !s.ok()) {
-      return Refuse(*executor, spec.seq, s);
+      return Refuse(*executor, normalized, s);
     }
     work->MarkHeld();
     if (absl::Status s = executor->Enqueue(work); !s.ok()) {
       store_.Release(resolved->tensors, id);
+      Record(FlightEntry{normalized, work, s});
       return s;
     }
+    Record(FlightEntry{normalized, work, absl::OkStatus()});
     Remember(work);
     return std::shared_ptr<Work>(work);
   }
 
   // A refused op still takes its seq on this rank (unless the seq itself is
   // what is wrong: a duplicate or one already declared lost).
-  absl::Status Refuse(Executor& executor, int64_t seq, absl::Status reason) {
-    (void)executor.Enqueue(std::make_shared<RefusedTask>(seq, reason));
+  absl::Status Refuse(Executor& executor, const OpSpec& spec,
+                      absl::Status reason) {
+    (void)executor.Enqueue(std::make_shared<RefusedTask>(spec.seq, reason));
+    Record(FlightEntry{spec, nullptr, reason});
     return reason;
+  }
+
+  absl::StatusOr<std::pair<int64_t, std::vector<OpRecord>>> OpLog(
+      const std::string& group, int limit) const override {
+    const std::string name = group.empty() ? kWorldGroup : group;
+    int64_t next_seq = 0;
+    bool known = false;
+    for (const GroupInfo& info : Groups()) {
+      if (info.name == name) {
+        known = true;
+        next_seq = info.next_seq;
+      }
+    }
+    if (!known) {
+      return absl::NotFoundError(absl::StrCat("no group '", name, "' on rank ",
+                                              rank(), "; see ccctl group ls"));
+    }
+    std::vector<OpRecord> records;
+    std::lock_guard<std::mutex> lock(flight_mutex_);
+    auto it = flight_.find(name);
+    if (it == flight_.end()) return std::make_pair(next_seq, records);
+    const std::deque<FlightEntry>& entries = it->second;
+    const size_t first =
+        limit > 0 && entries.size() > static_cast<size_t>(limit)
+            ? entries.size() - static_cast<size_t>(limit)
+            : 0;
+    for (size_t i = first; i < entries.size(); ++i) {
+      const FlightEntry& entry = entries[i];
+      OpRecord record;
+      record.spec = entry.spec;
+      if (entry.work) {
+        record.dtype = entry.work->bound().dtype;
+        record.count = entry.work->bound().count;
+        record.work_id = entry.work->id();
+        record.timing = entry.work->timing();
+        if (entry.refused.ok()) {
+          record.state = entry.work->state();
+          record.status = entry.work->status();
+        }
+      }
+      if (!entry.refused.ok()) {
+        record.state = WorkState::kFailed;
+        record.status = entry.refused;
+      }
+      records.push_back(std::move(record));
+    }
+    return std::make_pair(next_seq, std::move(records));
   }
 
   std::shared_ptr<Work> FindWork(int64_t id) override {
@@ -884,13 +937,13 @@ class WorkerCoreImpl final : public WorkerCore {
     OpSpec normalized = spec;
     CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
     auto resolved = Resolve(normalized, *executor);
-    if (!resolved.ok()) return Refuse(*executor, spec.seq, resolved.status());
+    if (!resolved.ok()) return Refuse(*executor, normalized, resolved.status());
     const int64_t id = next_work_id_.fetch_add(1);
     std::vector<std::shared_ptr<Tensor>> tensors = resolved->tensors;
     if (absl::Status s = store_.Hold(
             tensors, id, absl::StrCat("bench of ", DescribeOp(normalized)));
         !s.ok()) {
-      return Refuse(*executor, spec.seq, s);
+      return Refuse(*executor, normalized, s);
     }
     auto task = std::make_shared<BenchTask>(id, normalized,
                                             *std::move(resolved), warmup, iters,
@@ -937,7 +990,14 @@ class WorkerCoreImpl final : public WorkerCore {
       generation = generation_;
       kv = kv_;
     }
-    if (!valid.ok()) return Refuse(*world, world_seq, valid);
+    if (!valid.ok()) {
+      OpSpec split;
+      split.group = kWorldGroup;
+      split.seq = world_seq;
+      split.kind = OpKind::kNop;  // a group split occupies the world seq
+      split.input = absl::StrCat("create group ", name);
+      return Refuse(*world, split, valid);
+    }
 
     const int size = static_cast<int>(ranks.size());
     const std::string data_host = config_.data_host;
@@ -1302,6 +1362,21 @@ class WorkerCoreImpl final : public WorkerCore {
     return out;
   }
 
+  // A flight-recorder entry: the op as submitted, its work (live state and
+  // timing; it holds no tensors once complete), or why it was refused.
+  struct FlightEntry {
+    OpSpec spec;
+    std::shared_ptr<OpWork> work;
+    absl::Status refused;
+  };
+
+  void Record(FlightEntry entry) {
+    std::lock_guard<std::mutex> lock(flight_mutex_);
+    std::deque<FlightEntry>& entries = flight_[entry.spec.group];
+    entries.push_back(std::move(entry));
+    if (entries.size() > kFlightRecords) entries.pop_front();
+  }
+
   void Remember(const std::shared_ptr<Work>& work) {
     std::lock_guard<std::mutex> lock(works_mutex_);
     works_.emplace(work->id(), work);
@@ -1338,6 +1413,8 @@ class WorkerCoreImpl final : public WorkerCore {
 
   std::atomic<int64_t> next_work_id_{1};
   std::mutex works_mutex_;
+  mutable std::mutex flight_mutex_;
+  std::map<std::string, std::deque<FlightEntry>> flight_;
   std::map<int64_t, std::shared_ptr<Work>> works_;
 };
 

@@ -110,6 +110,18 @@ struct BenchResult {
   int64_t wrong = 0;
 };
 
+// One entry of a group's flight recorder.
+struct OpRecord {
+  OpSpec spec;
+  DType dtype = DType::kFloat32;
+  int64_t count = 0;  // elements per rank as the backend moves them
+  WorkState state = WorkState::kQueued;
+  // The op's error, or why it was refused before it was queued.
+  absl::Status status;
+  OpTiming timing;
+  int64_t work_id = 0;  // 0 for a refused op
+};
+
 struct GroupInfo {
   std::string name;
   // World ranks of the members, in group-rank order.
@@ -203,6 +215,11 @@ class WorkerCore {
 
   // Every group this worker knows, the world first.
   virtual std::vector<GroupInfo> Groups() const = 0;
+
+  // The last ops (up to `limit`, 0: all kept) of `group` on this rank,
+  // oldest first, and the group's next seq. NOT_FOUND for an unknown group.
+  virtual absl::StatusOr<std::pair<int64_t, std::vector<OpRecord>>> OpLog(
+      const std::string& group, int limit) const = 0;
 
   // Fails queued ops and stops executors; tensors are released.
   virtual void Shutdown() = 0;

@@ -552,4 +552,42 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* WorkerService::GetOpLog(
+    grpc::CallbackServerContext* context, const v1::GetOpLogRequest* request,
+    v1::OpLog* response) {
+  if (request->limit() < 0) {
+    return Finish(context, absl::InvalidArgumentError("limit is negative"));
+  }
+  auto log = core_.OpLog(request->group(), request->limit());
+  if (!log.ok()) return Finish(context, log.status());
+  response->set_rank(core_.rank());
+  response->set_group(request->group().empty() ? kWorldGroup
+                                               : request->group());
+  response->set_next_seq(log->first);
+  response->set_now_unix_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  for (const OpRecord& record : log->second) {
+    v1::OpRecord* out = response->add_records();
+    out->set_seq(record.spec.seq);
+    out->set_kind(ToProto(record.spec.kind));
+    out->set_dtype(ToProto(record.dtype));
+    out->set_count(record.count);
+    out->set_root(record.spec.root);
+    out->set_peer(record.spec.peer);
+    out->set_reduce_op(ToProto(record.spec.reduce_op));
+    out->set_input(record.spec.input);
+    out->set_output(record.spec.output);
+    out->set_state(StateToProto(record.state));
+    *out->mutable_timing() = TimingToProto(record.timing);
+    if (!record.status.ok()) {
+      out->set_error_code(static_cast<int32_t>(record.status.code()));
+      out->set_error_message(std::string(record.status.message()));
+    }
+    out->set_work_id(record.work_id);
+  }
+  return Finish(context, absl::OkStatus());
+}
+
 }  // namespace ccl

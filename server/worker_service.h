@@ -65,6 +65,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Test(grpc::CallbackServerContext* context,
                                  const v1::TestRequest* request,
                                  v1::WorkStatus* response) override;
+  grpc::ServerUnaryReactor* GetOpLog(grpc::CallbackServerContext* context,
+                                     const v1::GetOpLogRequest* request,
+                                     v1::OpLog* response) override;
   grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
                                         const v1::CreateGroupRequest* request,
                                         v1::GroupInfo* response) override;

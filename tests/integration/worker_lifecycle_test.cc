@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -148,6 +149,50 @@ TEST(WorkerLifecycleTest, ShapeMismatchAcrossRanksIsInvalidArgumentNotACrash) {
   for (const auto& r : (*client)->Collective(op)) {
     EXPECT_TRUE(r.result.ok()) << r.rank << ": " << r.result.status();
   }
+}
+
+// `ccctl debug ops` lines the ranks' flight recorders up while a recv waits
+// for a send that never comes, and names the missing send.
+TEST(WorkerLifecycleTest, DebugOpsNamesTheMissingSend) {
+  auto cluster = StartCluster({});
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client(seconds(10));
+  ASSERT_TRUE(client.ok());
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE((*client)->Alloc(r, Float32("t", 3)).ok());
+  }
+  v1::OpRequest barrier;
+  barrier.set_kind(v1::OP_KIND_BARRIER);
+  for (const auto& r : (*client)->Collective(barrier)) {
+    ASSERT_TRUE(r.result.ok()) << r.result.status();
+  }
+  v1::OpRequest recv;
+  recv.set_kind(v1::OP_KIND_RECV);
+  recv.set_input("t");
+  recv.set_peer(0);
+  recv.set_async(true);
+  recv.set_timeout_ms(20000);
+  for (const auto& r : (*client)->PointToPoint({{1, recv}})) {
+    ASSERT_TRUE(r.result.ok()) << r.result.status();
+  }
+  auto ccctl = testing::BinaryPath("ccctl");
+  ASSERT_TRUE(ccctl.ok()) << ccctl.status();
+  const std::string command =
+      absl::StrCat(*ccctl, " --coordinator ", cluster->coordinator_address(),
+                   " -o json debug ops 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) {
+    output.append(buffer, n);
+  }
+  EXPECT_EQ(pclose(pipe), 0) << output;
+  EXPECT_NE(output.find("rank 1 waits in seq 1 recv of 3 float32 from 0"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("rank 0 posted no send at that seq"), std::string::npos)
+      << output;
 }
 
 TEST(WorkerLifecycleTest, AsyncWorkIdsTestWaitAndUnknownIds) {

@@ -1,0 +1,96 @@
+// ccctl debug ops: every rank's flight recorder for a group, side by side,
+// and what it says about where the ranks diverge.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/ccctl/commands.h"
+#include "client/ccctl/diagnose.h"
+#include "client/ccctl/format.h"
+
+namespace ccl::ctl {
+namespace {
+
+std::string StateName(v1::WorkState state) {
+  switch (state) {
+    case v1::WORK_STATE_QUEUED:
+      return "queued";
+    case v1::WORK_STATE_RUNNING:
+      return "running";
+    case v1::WORK_STATE_COMPLETED:
+      return "completed";
+    case v1::WORK_STATE_FAILED:
+      return "failed";
+    default:
+      return "?";
+  }
+}
+
+int DebugOps(Globals& globals, int limit) {
+  if (limit < 0) {
+    return Fail(absl::InvalidArgumentError("--limit must be >= 0"), true);
+  }
+  auto client = Connect(globals);
+  if (!client.ok()) return Fail(client.status());
+  const std::vector<int> ranks = (*client)->GroupRanks().empty()
+                                     ? (*client)->AllRanks()
+                                     : (*client)->GroupRanks();
+  auto results = (*client)->FanOut<v1::OpLog>(ranks, [&](int rank) {
+    return (*client)->OpLog(rank, globals.group, limit);
+  });
+  const bool failed = ReportRankErrors(results);
+  std::vector<v1::OpLog> logs;
+  for (const auto& r : results) {
+    if (r.result.ok()) logs.push_back(*r.result);
+  }
+  const std::vector<std::string> diagnosis = Diagnose(logs, ranks);
+  if (globals.json()) {
+    nlohmann::json document = {{"group", globals.group}};
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& log : logs) out.push_back(ProtoToJson(log));
+    document["ranks"] = out;
+    document["diagnosis"] = diagnosis;
+    PrintJson(document);
+    return failed ? kExitFailure : kExitOk;
+  }
+  Table table({"RANK", "SEQ", "OP", "STATE", "TIME_US", "AGE", "ERROR"});
+  for (const auto& log : logs) {
+    for (const auto& record : log.records()) {
+      const double age_s =
+          (log.now_unix_us() - record.timing().enqueued_unix_us()) / 1e6;
+      std::string error;
+      if (record.error_code() != 0) {
+        error = absl::StrCat(
+            absl::StatusCodeToString(
+                static_cast<absl::StatusCode>(record.error_code())),
+            ": ", record.error_message().substr(0, 80));
+      }
+      table.AddRow({absl::StrCat(log.rank()), absl::StrCat(record.seq()),
+                    DescribeRecord(record), StateName(record.state()),
+                    absl::StrFormat("%.1f", record.timing().device_us()),
+                    record.timing().enqueued_unix_us() > 0
+                        ? absl::StrFormat("%.1fs", age_s)
+                        : "-",
+                    error});
+    }
+  }
+  std::cout << "group " << globals.group << ", last " << limit
+            << " ops per rank\n\n"
+            << table.Render() << "\n";
+  for (const std::string& line : diagnosis) std::cout << "- " << line << "\n";
+  return failed ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+void AddDebugCommands(CLI::App& app, Globals& globals, int& exit_code) {
+  auto* debug = app.add_subcommand("debug", "look inside a running cluster");
+  debug->require_subcommand(1);
+  auto limit = std::make_shared<int>(10);
+  auto* ops = debug->add_subcommand(
+      "ops", "every rank's last ops of a group, and where the ranks diverge");
+  ops->add_option("--limit,-n", *limit, "ops per rank")->capture_default_str();
+  ops->callback([&, limit] { exit_code = DebugOps(globals, *limit); });
+}
+
+}  // namespace ccl::ctl
