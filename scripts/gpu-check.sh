@@ -83,6 +83,30 @@ step group_create_solo 60 "$ccctl" group create solo --ranks 1
 step group_allreduce 60 bash -c "'$ccctl' --group pair allreduce --op sum | tee /dev/stderr | grep -c '\[3.0\]' | grep -qx 2"
 step group_solo_broadcast 60 "$ccctl" --group solo broadcast --src 1
 step group_status 30 "$ccctl" group ls
+# Device fills and pinned copies are bit-identical to the CPU path: the same
+# fills on a CPU cluster and on the CUDA one give the same checksums.
+fills_match() {
+  local cpu_state=$OUT/cpu-state out_cuda=$OUT/fills-cuda.txt out_cpu=$OUT/fills-cpu.txt
+  CCCTL_STATE_DIR=$cpu_state "$ccctl" cluster up --workers 2 --device cpu >/dev/null || return 1
+  local i=0
+  for spec in "random --seed 7" "arange" "arange+rank" "affine --value -3 --rank-scale 100 --step 0.37"; do
+    for dtype in float32 float16 bfloat16 int8 fp8_e4m3; do
+      i=$((i + 1))
+      for dir in "$CCCTL_STATE_DIR" "$cpu_state"; do
+        # shellcheck disable=SC2086
+        CCCTL_STATE_DIR=$dir "$ccctl" tensor alloc "f$i" --shape 100003 --dtype $dtype --fill $spec >/dev/null || return 1
+      done
+      CCCTL_STATE_DIR=$CCCTL_STATE_DIR "$ccctl" -o json tensor read "f$i" --limit 0 | grep checksum >>"$out_cuda"
+      CCCTL_STATE_DIR=$cpu_state "$ccctl" -o json tensor read "f$i" --limit 0 | grep checksum >>"$out_cpu"
+    done
+  done
+  CCCTL_STATE_DIR=$cpu_state "$ccctl" cluster down >/dev/null
+  echo "$i fills x 2 ranks compared"; diff "$out_cpu" "$out_cuda" && [[ -s $out_cpu ]]
+}
+export -f fills_match
+export ccctl OUT CCCTL_STATE_DIR
+step fills_match_cpu 120 bash -c fills_match
+
 # Results checked on the device (-c 1), several dtypes.
 for dtype in float32 bfloat16 float16 int32; do
   step "bench_check_$dtype" 120 "$ccctl" bench all_reduce -b 8 -e 256M -f 16 \

@@ -1,6 +1,7 @@
 #include "server/fill.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/element.h"
@@ -76,6 +77,68 @@ void FillBuffer(DType dtype, void* data, int64_t numel, const Fill& fill,
   }
   for (int64_t i = 0; i < numel; ++i) {
     StoreElement(dtype, data, static_cast<size_t>(i), FillValue(fill, rank, i));
+  }
+}
+
+FillDType ToFillDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return FillDType::kFloat32;
+    case DType::kFloat64:
+      return FillDType::kFloat64;
+    case DType::kFloat16:
+      return FillDType::kFloat16;
+    case DType::kBFloat16:
+      return FillDType::kBFloat16;
+    case DType::kInt8:
+      return FillDType::kInt8;
+    case DType::kUInt8:
+      return FillDType::kUInt8;
+    case DType::kInt32:
+      return FillDType::kInt32;
+    case DType::kInt64:
+      return FillDType::kInt64;
+    case DType::kFp8E4M3:
+      return FillDType::kFp8E4M3;
+    case DType::kFp8E5M2:
+      return FillDType::kFp8E5M2;
+  }
+  return FillDType::kFloat32;
+}
+
+std::optional<ElementFillParams> ElementFillFor(const Fill& fill, int rank,
+                                                int64_t numel) {
+  ElementFillParams p;
+  p.rank = rank;
+  switch (fill.kind) {
+    case FillKind::kArange:
+      p.kind = ElementFillKind::kArange;
+      return p;
+    case FillKind::kArangePlusRank:
+      p.kind = ElementFillKind::kArangePlusRank;
+      return p;
+    case FillKind::kRandom:
+      p.kind = ElementFillKind::kRandom;
+      p.random_stream =
+          SplitMix64(fill.seed ^ SplitMix64(static_cast<uint64_t>(rank)));
+      return p;
+    case FillKind::kAffine: {
+      // Every intermediate of value + rank * rank_scale + i * step is at most
+      // this bound (rounding is monotonic), so with headroom no infinity and
+      // hence no NaN can appear; NaN / inf inputs fail the check.
+      const double bound =
+          std::fabs(fill.value) +
+          std::fabs(static_cast<double>(rank)) * std::fabs(fill.rank_scale) +
+          std::fabs(static_cast<double>(numel)) * std::fabs(fill.step);
+      if (!(bound <= DBL_MAX / 4)) return std::nullopt;
+      p.kind = ElementFillKind::kAffine;
+      p.value = fill.value;
+      p.rank_scale = fill.rank_scale;
+      p.step = fill.step;
+      return p;
+    }
+    default:
+      return std::nullopt;
   }
 }
 

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "common/types.h"
+#include "server/cuda/fill_math.h"
 #include "server/worker_core.h"
 
 namespace ccl {
@@ -18,5 +20,16 @@ double FillValue(const Fill& fill, int rank, int64_t index);
 // memset / replicated pattern, the rest element by element.
 void FillBuffer(DType dtype, void* data, int64_t numel, const Fill& fill,
                 int rank);
+
+FillDType ToFillDType(DType dtype);
+
+// The element-wise fills (arange, arange + rank, affine, random) as
+// parameters of ElementFillValue / the device fill kernel, which then give
+// exactly FillValue + StoreElement's bytes. nullopt for the other kinds, and
+// for affine fills whose arithmetic could overflow or meet a NaN over `numel`
+// elements: a NaN's sign and payload differ between x86 and CUDA, so those
+// stay on the host path.
+std::optional<ElementFillParams> ElementFillFor(const Fill& fill, int rank,
+                                                int64_t numel);
 
 }  // namespace ccl

@@ -19,6 +19,10 @@ namespace ccl {
 namespace {
 
 constexpr int64_t kDefaultChunkBytes = 1 << 20;
+#if CCL_HAVE_CUDA
+// Host chunk of a device tensor's Summarize.
+constexpr int64_t kSummarizeChunkBytes = 4 << 20;
+#endif
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -358,54 +362,64 @@ absl::StatusOr<TensorSummary> TensorStore::Summarize(const std::string& name,
   const Tensor& tensor = **found;
   TensorSummary summary;
   summary.meta = tensor.meta();
-  // Device tensors are summarised from a host copy.
-  const std::byte* data = tensor.data();
-  std::vector<std::byte> host_copy;
+  const DType dtype = tensor.dtype();
+  const int64_t numel = tensor.numel();
+  const int64_t head_n = std::min(head, numel);
+  summary.head.reserve(static_cast<size_t>(head_n));
+  bool any = false;
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  // Folds elements [first, first + n) held at `data` into the summary, in
+  // element order (so the sum and checksum do not depend on the chunking).
+  auto consume = [&](const std::byte* data, int64_t first, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) {
+      const double v = LoadElement(dtype, data, static_cast<size_t>(k));
+      if (first + k < head_n) summary.head.push_back(v);
+      if (std::isnan(v)) {
+        ++summary.nan_count;
+        continue;
+      }
+      summary.sum += v;
+      if (!any || v < summary.min) summary.min = v;
+      if (!any || v > summary.max) summary.max = v;
+      any = true;
+    }
+    const auto* bytes = reinterpret_cast<const unsigned char*>(data);
+    const int64_t nbytes = n * static_cast<int64_t>(DTypeSize(dtype));
+    for (int64_t i = 0; i < nbytes; ++i) {
+      hash ^= bytes[i];
+      hash *= 0x100000001b3ULL;
+    }
+  };
+  absl::Status status;
+  if (tensor.meta().device.kind != DeviceKind::kCuda) {
+    consume(tensor.data(), 0, numel);
+  } else {
 #if CCL_HAVE_CUDA
-  if (tensor.meta().device.kind == DeviceKind::kCuda) {
-    absl::Status copied;
+    // Device tensors are copied to the host a chunk at a time (through the
+    // pinned staging buffer), so a large tensor never needs a host copy of
+    // its own size.
+    const int64_t esize = static_cast<int64_t>(DTypeSize(dtype));
+    const int64_t per_chunk =
+        std::max<int64_t>(1, kSummarizeChunkBytes / esize);
+    std::vector<std::byte> chunk;
     try {
-      host_copy.resize(static_cast<size_t>(tensor.bytes()));
-      copied =
-          cuda::CopyToHost(tensor.meta().device.index, host_copy.data(),
-                           tensor.data(), static_cast<size_t>(tensor.bytes()));
+      chunk.resize(static_cast<size_t>(std::min(per_chunk, numel) * esize));
     } catch (const std::bad_alloc&) {
-      copied = absl::ResourceExhaustedError(absl::StrCat(
+      status = absl::ResourceExhaustedError(absl::StrCat(
           "out of host memory summarising device tensor '", name, "'"));
     }
-    if (!copied.ok()) {
-      EndHostAccess(*found);
-      return copied;
+    for (int64_t first = 0; status.ok() && first < numel; first += per_chunk) {
+      const int64_t n = std::min(per_chunk, numel - first);
+      status = cuda::CopyToHost(tensor.meta().device.index, chunk.data(),
+                                tensor.data() + first * esize,
+                                static_cast<size_t>(n * esize));
+      if (status.ok()) consume(chunk.data(), first, n);
     }
-    data = host_copy.data();
-  }
 #endif
-  const DType dtype = tensor.dtype();
-  bool any = false;
-  for (int64_t i = 0; i < tensor.numel(); ++i) {
-    const double v = LoadElement(dtype, data, static_cast<size_t>(i));
-    if (std::isnan(v)) {
-      ++summary.nan_count;
-      continue;
-    }
-    summary.sum += v;
-    if (!any || v < summary.min) summary.min = v;
-    if (!any || v > summary.max) summary.max = v;
-    any = true;
-  }
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(data);
-  for (int64_t i = 0; i < tensor.bytes(); ++i) {
-    hash ^= bytes[i];
-    hash *= 0x100000001b3ULL;
   }
   summary.checksum = hash;
-  const int64_t n = std::min(head, tensor.numel());
-  summary.head.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    summary.head.push_back(LoadElement(dtype, data, static_cast<size_t>(i)));
-  }
   EndHostAccess(*found);
+  if (!status.ok()) return status;
   return summary;
 }
 

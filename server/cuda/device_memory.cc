@@ -3,6 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <vector>
 
@@ -15,7 +19,52 @@
 namespace ccl::cuda {
 namespace {
 
-constexpr size_t kStagingBytes = 64 << 20;
+// Host fills (the few element-wise fills not done by a kernel) are computed
+// in chunks of this size and then copied through the pinned buffer.
+constexpr size_t kStagingBytes = 4 << 20;
+// Pinned staging buffer of each device, for host <-> device copies.
+constexpr size_t kPinnedBytes = 4 << 20;
+
+// One per device, created on first use and kept for the life of the process
+// (deliberately never freed: a static destructor would run after the CUDA
+// runtime may have torn down). `mutex` serialises copies through `buffer`.
+struct PinnedStaging {
+  std::mutex mutex;
+  bool tried = false;  // allocation attempted (and `buffer` set if it worked)
+  std::byte* buffer = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+PinnedStaging& StagingFor(int device) {
+  static std::mutex mutex;
+  static auto* stagings = new std::map<int, std::unique_ptr<PinnedStaging>>;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& staging = (*stagings)[device];
+  if (!staging) staging = std::make_unique<PinnedStaging>();
+  return *staging;
+}
+
+// With staging.mutex held and the device set: allocates the buffer and the
+// stream once. False when pinned memory is unavailable (the caller falls
+// back to a pageable cudaMemcpy).
+bool EnsureStaging(PinnedStaging& staging) {
+  if (staging.tried) return staging.buffer != nullptr;
+  staging.tried = true;
+  void* buffer = nullptr;
+  if (cudaMallocHost(&buffer, kPinnedBytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFreeHost(buffer);
+    return false;
+  }
+  staging.buffer = static_cast<std::byte*>(buffer);
+  staging.stream = stream;
+  return true;
+}
 
 bool IsConstant(FillKind kind) {
   return kind == FillKind::kOnes || kind == FillKind::kConstant ||
@@ -66,17 +115,50 @@ absl::Status CopyToDevice(int device, void* dst, const void* src,
                           size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  CCL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-  // Pageable copies may return before the DMA lands; ops run on other
-  // streams, so finish here.
-  CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  PinnedStaging& staging = StagingFor(device);
+  std::lock_guard<std::mutex> lock(staging.mutex);
+  if (!EnsureStaging(staging)) {
+    CCL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    // Pageable copies may return before the DMA lands; ops run on other
+    // streams, so finish here.
+    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return absl::OkStatus();
+  }
+  auto* out = static_cast<std::byte*>(dst);
+  const auto* in = static_cast<const std::byte*>(src);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(kPinnedBytes, bytes - done);
+    std::memcpy(staging.buffer, in + done, n);
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        out + done, staging.buffer, n, cudaMemcpyHostToDevice, staging.stream));
+    // The copy has landed (and the buffer is free again) once this returns.
+    CCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(staging.stream));
+    done += n;
+  }
   return absl::OkStatus();
 }
 
 absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  CCL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  PinnedStaging& staging = StagingFor(device);
+  std::lock_guard<std::mutex> lock(staging.mutex);
+  if (!EnsureStaging(staging)) {
+    CCL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    return absl::OkStatus();
+  }
+  auto* out = static_cast<std::byte*>(dst);
+  const auto* in = static_cast<const std::byte*>(src);
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(kPinnedBytes, bytes - done);
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        staging.buffer, in + done, n, cudaMemcpyDeviceToHost, staging.stream));
+    CCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(staging.stream));
+    std::memcpy(out + done, staging.buffer, n);
+    done += n;
+  }
   return absl::OkStatus();
 }
 
@@ -101,8 +183,17 @@ absl::Status FillDevice(int device, DType dtype, void* data, int64_t numel,
     CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return absl::OkStatus();
   }
-  // Element-wise fills: computed on the host (exactly FillBuffer's values
-  // and rounding), staged in chunks.
+  // Element-wise fills: by a kernel running the same code as the host
+  // (fill_math.h), where that is bit-identical to FillBuffer.
+  if (auto params = ElementFillFor(fill, rank, numel); params.has_value()) {
+    CCL_CUDA_RETURN_IF_ERROR(
+        LaunchElementFill(ToFillDType(dtype), data, numel, *params, nullptr));
+    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return absl::OkStatus();
+  }
+  // The rest (affine fills that could overflow or meet a NaN): computed on
+  // the host (exactly FillBuffer's values and rounding) in chunks and
+  // copied through the pinned staging buffer.
   std::vector<std::byte> staging;
   try {
     staging.resize(std::min(kStagingBytes, bytes));
@@ -117,9 +208,12 @@ absl::Status FillDevice(int device, DType dtype, void* data, int64_t numel,
       StoreElement(dtype, staging.data(), static_cast<size_t>(i),
                    FillValue(fill, rank, begin + i));
     }
-    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst + begin * esize, staging.data(),
-                                        static_cast<size_t>(n) * esize,
-                                        cudaMemcpyHostToDevice));
+    if (absl::Status s =
+            CopyToDevice(device, dst + begin * esize, staging.data(),
+                         static_cast<size_t>(n) * esize);
+        !s.ok()) {
+      return s;
+    }
   }
   CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();

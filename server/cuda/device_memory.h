@@ -22,12 +22,19 @@ absl::Status SetDevice(int device);
 absl::StatusOr<std::byte*> Malloc(int device, size_t bytes);
 void Free(int device, void* data);
 
+// Host <-> device copies, streamed in 4 MiB chunks through a pinned staging
+// buffer of the device (allocated on first use, one copy at a time per
+// device) with cudaMemcpyAsync on a dedicated stream; the copy is complete
+// when these return. If pinned memory cannot be had they fall back to a
+// plain cudaMemcpy.
 absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes);
 absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes);
 
-// Same values as the host FillBuffer. Zeros and constants are written on the
-// device (memset / a replicating kernel); element-wise fills are computed on
-// the host in chunks and copied.
+// Same bytes as the host FillBuffer. Zeros and constants are written on the
+// device (memset / a replicating kernel), arange, arange + rank, random and
+// affine by an element-wise kernel (fill_math.h); only affine fills that
+// could overflow or produce a NaN (see ElementFillFor) are computed on the
+// host in chunks and copied.
 absl::Status FillDevice(int device, DType dtype, void* data, int64_t numel,
                         const Fill& fill, int rank);
 

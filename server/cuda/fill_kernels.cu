@@ -30,7 +30,57 @@ cudaError_t Launch(void* dst, size_t bytes, const void* pattern,
   return cudaGetLastError();
 }
 
+template <FillDType D>
+__global__ void ElementFillKernel(void* dst, int64_t numel,
+                                  ElementFillParams params) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < numel; i += stride) {
+    StoreFillElement<D>(dst, i, ElementFillValue(params, i));
+  }
+}
+
+template <FillDType D>
+cudaError_t LaunchElement(void* dst, int64_t numel,
+                          const ElementFillParams& params,
+                          cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t want = (numel + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(want < 65535 ? want : 65535);
+  ElementFillKernel<D><<<blocks, kThreads, 0, stream>>>(dst, numel, params);
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t LaunchElementFill(FillDType dtype, void* dst, int64_t numel,
+                              const ElementFillParams& params,
+                              cudaStream_t stream) {
+  if (numel <= 0) return cudaSuccess;
+  switch (dtype) {
+    case FillDType::kFloat32:
+      return LaunchElement<FillDType::kFloat32>(dst, numel, params, stream);
+    case FillDType::kFloat64:
+      return LaunchElement<FillDType::kFloat64>(dst, numel, params, stream);
+    case FillDType::kFloat16:
+      return LaunchElement<FillDType::kFloat16>(dst, numel, params, stream);
+    case FillDType::kBFloat16:
+      return LaunchElement<FillDType::kBFloat16>(dst, numel, params, stream);
+    case FillDType::kInt8:
+      return LaunchElement<FillDType::kInt8>(dst, numel, params, stream);
+    case FillDType::kUInt8:
+      return LaunchElement<FillDType::kUInt8>(dst, numel, params, stream);
+    case FillDType::kInt32:
+      return LaunchElement<FillDType::kInt32>(dst, numel, params, stream);
+    case FillDType::kInt64:
+      return LaunchElement<FillDType::kInt64>(dst, numel, params, stream);
+    case FillDType::kFp8E4M3:
+      return LaunchElement<FillDType::kFp8E4M3>(dst, numel, params, stream);
+    case FillDType::kFp8E5M2:
+      return LaunchElement<FillDType::kFp8E5M2>(dst, numel, params, stream);
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t LaunchReplicate(void* dst, size_t bytes, const void* pattern,
                             int esize, cudaStream_t stream) {

@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+
+#include "server/cuda/fill_math.h"
 
 namespace ccl::cuda {
 
@@ -11,5 +14,12 @@ namespace ccl::cuda {
 // `pattern` (esize 1, 2, 4 or 8; bytes a multiple of esize).
 cudaError_t LaunchReplicate(void* dst, size_t bytes, const void* pattern,
                             int esize, cudaStream_t stream);
+
+// Writes element i of the `numel`-element `dtype` tensor at `dst` as
+// StoreFillElement<dtype>(ElementFillValue(params, i)) (fill_math.h), for
+// i in [0, numel).
+cudaError_t LaunchElementFill(FillDType dtype, void* dst, int64_t numel,
+                              const ElementFillParams& params,
+                              cudaStream_t stream);
 
 }  // namespace ccl::cuda

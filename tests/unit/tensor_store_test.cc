@@ -313,5 +313,135 @@ TEST(TensorStoreTest, BusyTensorsRefuseHostAccess) {
   EXPECT_EQ(store.Hold({*tensor}, 8, "x").code(), absl::StatusCode::kNotFound);
 }
 
+// The element-wise device fill kernel runs fill_math.h's ElementFillValue +
+// StoreFillElement; here their host instantiation is checked byte for byte
+// against FillValue + StoreElement (what the host path writes).
+TEST(FillMathTest, ElementFillsMatchHostFillForEveryDType) {
+  const std::vector<Fill> fills = {
+      {FillKind::kArange},
+      {FillKind::kArangePlusRank},
+      {FillKind::kRandom, 0, 0, 0, 0},
+      {FillKind::kRandom, 0, 0, 0, 0x123456789abcdefULL},
+      {FillKind::kAffine, 2, 5, 0.5},
+      {FillKind::kAffine, 0.1, -0.3, 0.7},
+      {FillKind::kAffine, -300.25, 1000.5, 1.0 / 3},
+      {FillKind::kAffine, 65000, 1, 3.5},        // across fp16 overflow
+      {FillKind::kAffine, 1e-30, 1e-31, -3e-8},  // small floats, subnormals
+      {FillKind::kAffine, 9.2e18, 1e16, 1e15},   // int64 saturation
+      {FillKind::kAffine, -1e38, 1e37, 3e36},    // bf16 / f32 overflow
+      {FillKind::kAffine, -0.0, 0, 0},
+      {FillKind::kAffine, 448, 16, 7.9},  // fp8 e4m3 saturation
+  };
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < 4000; ++i) indices.push_back(i);
+  for (int64_t big : {int64_t{1} << 31, int64_t{1} << 53, int64_t{1} << 62}) {
+    for (int64_t d = -3; d <= 3; ++d) indices.push_back(big + d);
+  }
+  constexpr int64_t kNumel = (int64_t{1} << 62) + 4;
+  for (DType dtype : kAllDTypes) {
+    const size_t esize = DTypeSize(dtype);
+    for (const Fill& fill : fills) {
+      for (int rank : {0, 1, 7, 1000}) {
+        const auto params = ElementFillFor(fill, rank, kNumel);
+        ASSERT_TRUE(params.has_value()) << static_cast<int>(fill.kind);
+        for (int64_t i : indices) {
+          alignas(8) unsigned char want[8] = {};
+          alignas(8) unsigned char got[8] = {};
+          StoreElement(dtype, want, 0, FillValue(fill, rank, i));
+          StoreFillElement(ToFillDType(dtype), got, 0,
+                           ElementFillValue(*params, i));
+          ASSERT_EQ(std::memcmp(want, got, esize), 0)
+              << DTypeName(dtype) << " fill " << static_cast<int>(fill.kind)
+              << " value " << fill.value << " rank " << rank << " index " << i;
+        }
+      }
+    }
+  }
+}
+
+// StoreFillElement against StoreElement for values all over the double
+// range: rounding ties, overflow, subnormals, saturation, specials.
+TEST(FillMathTest, StoreFillElementMatchesStoreElement) {
+  std::vector<double> values = {0.0,
+                                -0.0,
+                                std::numeric_limits<double>::infinity(),
+                                -std::numeric_limits<double>::infinity(),
+                                std::numeric_limits<double>::quiet_NaN(),
+                                std::numeric_limits<double>::denorm_min(),
+                                std::numeric_limits<double>::max(),
+                                65504,
+                                65519.99,
+                                65520,
+                                65536,
+                                448,
+                                464,
+                                480,
+                                57344,
+                                61440,
+                                3.3895313892515355e38,
+                                3.4e38,
+                                127.5,
+                                128,
+                                255.5,
+                                256,
+                                -128.9,
+                                -129,
+                                2147483647.5,
+                                -2147483648.9,
+                                9223372036854775807.0,
+                                -9223372036854775808.0,
+                                1.0 + 0x1.0p-11,  // fp16 tie, to even
+                                1.0 + 3 * 0x1.0p-11,
+                                1.0 + 0x1.0p-8,  // bf16 tie
+                                0x1.0p-25,       // fp16 subnormal tie
+                                0x1.8p-24,
+                                0x1.0p-133,
+                                0x1.0p-134,
+                                0x1.0p-10,
+                                0x1.0p-17};
+  uint64_t x = 1;
+  for (int i = 0; i < 200000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    // Exponents spread over [-160, 160) plus a random mantissa and sign.
+    const double m = 1.0 + static_cast<double>(x >> 12) * 0x1.0p-52;
+    const int e = static_cast<int>((x >> 3) % 320) - 160;
+    values.push_back((x & 1 ? -1 : 1) * std::ldexp(m, e));
+    // And values that sit exactly on or next to ties of the narrow types.
+    const double grid = std::ldexp(static_cast<double>(x >> 40), e % 20 - 8);
+    values.push_back(grid);
+    values.push_back(std::nextafter(grid, 0.0));
+  }
+  for (DType dtype : kAllDTypes) {
+    const size_t esize = DTypeSize(dtype);
+    for (double v : values) {
+      alignas(8) unsigned char want[8] = {};
+      alignas(8) unsigned char got[8] = {};
+      StoreElement(dtype, want, 0, v);
+      StoreFillElement(ToFillDType(dtype), got, 0, v);
+      ASSERT_EQ(std::memcmp(want, got, esize), 0)
+          << DTypeName(dtype) << " value " << v;
+    }
+  }
+}
+
+TEST(FillMathTest, ElementFillForKeepsRiskyFillsOnTheHost) {
+  EXPECT_FALSE(ElementFillFor({FillKind::kZeros}, 0, 10).has_value());
+  EXPECT_FALSE(ElementFillFor({FillKind::kConstant, 2}, 0, 10).has_value());
+  EXPECT_FALSE(ElementFillFor({FillKind::kRank}, 0, 10).has_value());
+  EXPECT_FALSE(ElementFillFor({FillKind::kUninitialized}, 0, 10).has_value());
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(ElementFillFor({FillKind::kAffine, nan, 0, 1}, 0, 10));
+  EXPECT_FALSE(ElementFillFor({FillKind::kAffine, inf, 0, 1}, 0, 10));
+  EXPECT_FALSE(ElementFillFor({FillKind::kAffine, 0, inf, 1}, 0, 10));
+  EXPECT_FALSE(ElementFillFor({FillKind::kAffine, 0, 0, -inf}, 0, 10));
+  // inf - inf would be a NaN: 1e308 + 3 * 1e308 overflows.
+  EXPECT_FALSE(ElementFillFor({FillKind::kAffine, 1e308, 0, 1e308}, 0, 4));
+  EXPECT_FALSE(ElementFillFor({FillKind::kAffine, 0, 1e306, 0}, 1000, 4));
+  EXPECT_TRUE(ElementFillFor({FillKind::kAffine, 1, 2, 3}, 5, 1 << 30));
+  EXPECT_TRUE(ElementFillFor({FillKind::kArange}, 0, 10).has_value());
+  EXPECT_TRUE(ElementFillFor({FillKind::kRandom}, 3, 10).has_value());
+}
+
 }  // namespace
 }  // namespace ccl
