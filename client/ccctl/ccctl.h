@@ -55,6 +55,9 @@ bool ReportRankErrors(const std::vector<RankResult<T>>& results) {
   return failed;
 }
 
+// "queued", "running", "completed", "failed".
+std::string WorkStateName(v1::WorkState state);
+
 // The fill names ccctl and experiments accept ("rank+1", "arange", ...).
 std::optional<v1::FillKind> FillKindByName(const std::string& name);
 

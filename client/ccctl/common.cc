@@ -66,6 +66,21 @@ std::optional<v1::FillKind> FillKindByName(const std::string& name) {
   return std::nullopt;
 }
 
+std::string WorkStateName(v1::WorkState state) {
+  switch (state) {
+    case v1::WORK_STATE_QUEUED:
+      return "queued";
+    case v1::WORK_STATE_RUNNING:
+      return "running";
+    case v1::WORK_STATE_COMPLETED:
+      return "completed";
+    case v1::WORK_STATE_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
+
 nlohmann::json ProtoToJson(const google::protobuf::Message& message) {
   std::string text;
   google::protobuf::util::JsonPrintOptions options;

@@ -11,21 +11,6 @@
 namespace ccl::ctl {
 namespace {
 
-std::string StateName(v1::WorkState state) {
-  switch (state) {
-    case v1::WORK_STATE_QUEUED:
-      return "queued";
-    case v1::WORK_STATE_RUNNING:
-      return "running";
-    case v1::WORK_STATE_COMPLETED:
-      return "completed";
-    case v1::WORK_STATE_FAILED:
-      return "failed";
-    default:
-      return "?";
-  }
-}
-
 int DebugOps(Globals& globals, int limit) {
   if (limit < 0) {
     return Fail(absl::InvalidArgumentError("--limit must be >= 0"), true);
@@ -66,7 +51,7 @@ int DebugOps(Globals& globals, int limit) {
             ": ", record.error_message().substr(0, 80));
       }
       table.AddRow({absl::StrCat(log.rank()), absl::StrCat(record.seq()),
-                    DescribeRecord(record), StateName(record.state()),
+                    DescribeRecord(record), WorkStateName(record.state()),
                     absl::StrFormat("%.1f", record.timing().device_us()),
                     record.timing().enqueued_unix_us() > 0
                         ? absl::StrFormat("%.1fs", age_s)

@@ -336,21 +336,6 @@ absl::StatusOr<std::pair<int, int64_t>> ParseWorkId(const std::string& text) {
   return std::make_pair(rank, id);
 }
 
-std::string WorkStateName(v1::WorkState state) {
-  switch (state) {
-    case v1::WORK_STATE_QUEUED:
-      return "queued";
-    case v1::WORK_STATE_RUNNING:
-      return "running";
-    case v1::WORK_STATE_COMPLETED:
-      return "completed";
-    case v1::WORK_STATE_FAILED:
-      return "failed";
-    default:
-      return "unknown";
-  }
-}
-
 int RunWait(Globals& globals, const std::vector<std::string>& ids,
             bool test_only) {
   std::vector<std::pair<int, int64_t>> works;
