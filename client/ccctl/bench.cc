@@ -9,41 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/ccctl/bench_ops.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
 #include "common/proto_convert.h"
 
 namespace ccl::ctl {
 namespace {
-
-struct BenchOp {
-  const char* name;
-  v1::OpKind kind;
-  // nccl-tests' bus bandwidth factor for n ranks.
-  double (*bus_factor)(int n);
-  // Elements of (input, output) per rank for `count` elements of the large
-  // buffer, as nccl-tests sizes them.
-  std::pair<int64_t, int64_t> (*buffers)(int64_t count, int n);
-};
-
-double Factor1(int) { return 1.0; }
-double FactorAllReduce(int n) { return 2.0 * (n - 1) / n; }
-double FactorGather(int n) { return static_cast<double>(n - 1) / n; }
-std::pair<int64_t, int64_t> Same(int64_t c, int) { return {c, c}; }
-std::pair<int64_t, int64_t> Grow(int64_t c, int n) { return {c / n, c}; }
-std::pair<int64_t, int64_t> Shrink(int64_t c, int n) { return {c, c / n}; }
-
-constexpr BenchOp kBenchOps[] = {
-    {"all_reduce", v1::OP_KIND_ALL_REDUCE, FactorAllReduce, Same},
-    {"all_gather", v1::OP_KIND_ALL_GATHER, FactorGather, Grow},
-    {"reduce_scatter", v1::OP_KIND_REDUCE_SCATTER, FactorGather, Shrink},
-    {"broadcast", v1::OP_KIND_BROADCAST, Factor1, Same},
-    {"reduce", v1::OP_KIND_REDUCE, Factor1, Same},
-    {"alltoall", v1::OP_KIND_ALL_TO_ALL, FactorGather, Same},
-    {"gather", v1::OP_KIND_GATHER, FactorGather, Grow},
-    {"scatter", v1::OP_KIND_SCATTER, FactorGather, Shrink},
-    {"sendrecv", v1::OP_KIND_SEND, Factor1, Same},
-};
 
 struct BenchArgs {
   std::string op_name = "all_reduce";
@@ -120,23 +92,9 @@ absl::Status Plot(const std::string& csv_text, const std::string& png,
   return absl::OkStatus();
 }
 
-const BenchOp* FindOp(const std::string& name) {
-  std::string wanted = name;
-  for (char& c : wanted)
-    if (c == '-') c = '_';
-  if (wanted == "allreduce") wanted = "all_reduce";
-  if (wanted == "allgather") wanted = "all_gather";
-  if (wanted == "reducescatter") wanted = "reduce_scatter";
-  if (wanted == "all_to_all") wanted = "alltoall";
-  for (const BenchOp& op : kBenchOps) {
-    if (wanted == op.name) return &op;
-  }
-  return nullptr;
-}
-
 int RunBench(Globals& globals, const BenchArgs& bench_args) {
   BenchArgs args = bench_args;
-  const BenchOp* op = FindOp(args.op_name);
+  const BenchOp* op = FindBenchOp(args.op_name);
   if (!op) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
                     "unknown bench op '", args.op_name,

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/ccctl/bench_ops.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/experiment.h"
 #include "client/ccctl/format.h"
@@ -80,31 +81,6 @@ DType SummaryDType(const v1::TensorSummary& summary) {
   auto dtype = FromProto(summary.info().spec().dtype());
   return dtype.ok() ? *dtype : DType::kFloat64;
 }
-
-struct BenchShape {
-  OpKind op;
-  const char* name;
-  double (*factor)(int n);
-  int64_t in_div, out_div;  // buffer = count / div (1: the full count)
-};
-
-double One(int) { return 1; }
-double AllReduceFactor(int n) { return 2.0 * (n - 1) / n; }
-double GatherFactor(int n) { return static_cast<double>(n - 1) / n; }
-
-// nccl-tests' buffer sizes and bus bandwidth factors; a div of 0 means "the
-// count divided by the world size".
-constexpr BenchShape kBenchShapes[] = {
-    {OpKind::kAllReduce, "all_reduce", AllReduceFactor, 1, 1},
-    {OpKind::kAllGather, "all_gather", GatherFactor, 0, 1},
-    {OpKind::kReduceScatter, "reduce_scatter", GatherFactor, 1, 0},
-    {OpKind::kBroadcast, "broadcast", One, 1, 1},
-    {OpKind::kReduce, "reduce", One, 1, 1},
-    {OpKind::kAllToAll, "alltoall", GatherFactor, 1, 1},
-    {OpKind::kGather, "gather", GatherFactor, 0, 1},
-    {OpKind::kScatter, "scatter", GatherFactor, 1, 0},
-    {OpKind::kSend, "sendrecv", One, 1, 1},
-};
 
 class Runner {
  public:
@@ -552,9 +528,11 @@ class Runner {
 
   Outcome Bench(const Step& step) {
     Outcome outcome;
-    const BenchShape* shape = nullptr;
-    for (const auto& s : kBenchShapes) {
-      if (s.op == step.op) shape = &s;
+    const BenchOp* shape = BenchOpFor(ToProto(step.op));
+    if (shape == nullptr) {
+      outcome.Fail(absl::StrCat(std::string(OpKindName(step.op)),
+                                " cannot be benchmarked"));
+      return outcome;
     }
     const DType dtype = *ParseDType(step.dtype);
     // With --group: only members, sizes by the group, sendrecv between its
@@ -570,8 +548,7 @@ class Runner {
     for (int64_t bytes = step.min_bytes; bytes <= step.max_bytes && outcome.ok;
          bytes *= 2) {
       const int64_t count = std::max<int64_t>(n, bytes / element / n * n);
-      const int64_t in = shape->in_div ? count : count / n;
-      const int64_t out = shape->out_div ? count : count / n;
+      const auto [in, out] = shape->buffers(count, n);
       const std::string in_name = prefix + "in", out_name = prefix + "out";
       v1::Fill zeros;
       zeros.set_kind(v1::FILL_KIND_ZEROS);
@@ -619,7 +596,7 @@ class Runner {
         }
         const int64_t size = count * element;
         const double algbw = time_us > 0 ? size / time_us / 1e3 : 0;
-        const double busbw = algbw * shape->factor(n);
+        const double busbw = algbw * shape->bus_factor(n);
         outcome.device_us = std::max(outcome.device_us, time_us);
         outcome.lines.push_back(absl::StrFormat(
             "%12d %12d %10s %12.2f %10.2f %10.2f %8s", size, count,

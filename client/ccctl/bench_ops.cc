@@ -1,0 +1,49 @@
+#include "client/ccctl/bench_ops.h"
+
+namespace ccl::ctl {
+namespace {
+
+double Factor1(int) { return 1.0; }
+double FactorAllReduce(int n) { return 2.0 * (n - 1) / n; }
+double FactorGather(int n) { return static_cast<double>(n - 1) / n; }
+std::pair<int64_t, int64_t> Same(int64_t c, int) { return {c, c}; }
+std::pair<int64_t, int64_t> Grow(int64_t c, int n) { return {c / n, c}; }
+std::pair<int64_t, int64_t> Shrink(int64_t c, int n) { return {c, c / n}; }
+
+constexpr BenchOp kBenchOps[] = {
+    {"all_reduce", v1::OP_KIND_ALL_REDUCE, FactorAllReduce, Same},
+    {"all_gather", v1::OP_KIND_ALL_GATHER, FactorGather, Grow},
+    {"reduce_scatter", v1::OP_KIND_REDUCE_SCATTER, FactorGather, Shrink},
+    {"broadcast", v1::OP_KIND_BROADCAST, Factor1, Same},
+    {"reduce", v1::OP_KIND_REDUCE, Factor1, Same},
+    {"alltoall", v1::OP_KIND_ALL_TO_ALL, FactorGather, Same},
+    {"gather", v1::OP_KIND_GATHER, FactorGather, Grow},
+    {"scatter", v1::OP_KIND_SCATTER, FactorGather, Shrink},
+    {"sendrecv", v1::OP_KIND_SEND, Factor1, Same},
+};
+
+}  // namespace
+
+const BenchOp* FindBenchOp(const std::string& name) {
+  std::string wanted = name;
+  for (char& c : wanted) {
+    if (c == '-') c = '_';
+  }
+  if (wanted == "allreduce") wanted = "all_reduce";
+  if (wanted == "allgather") wanted = "all_gather";
+  if (wanted == "reducescatter") wanted = "reduce_scatter";
+  if (wanted == "all_to_all") wanted = "alltoall";
+  for (const BenchOp& op : kBenchOps) {
+    if (wanted == op.name) return &op;
+  }
+  return nullptr;
+}
+
+const BenchOp* BenchOpFor(v1::OpKind kind) {
+  for (const BenchOp& op : kBenchOps) {
+    if (op.kind == kind) return &op;
+  }
+  return nullptr;
+}
+
+}  // namespace ccl::ctl

@@ -1,0 +1,29 @@
+// nccl-tests' view of each benchmarkable op: buffer sizes and the bus
+// bandwidth factor. One table for `ccctl bench` and the experiments' bench
+// step, so the two always print comparable figures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "ccl/v1/worker.pb.h"
+
+namespace ccl::ctl {
+
+struct BenchOp {
+  const char* name;
+  v1::OpKind kind;
+  // nccl-tests' bus bandwidth factor for n ranks.
+  double (*bus_factor)(int n);
+  // Elements of (input, output) per rank for `count` elements of the large
+  // buffer, as nccl-tests sizes them.
+  std::pair<int64_t, int64_t> (*buffers)(int64_t count, int n);
+};
+
+// By name ("all_reduce", also "allreduce", "all-gather", ...); null if none.
+const BenchOp* FindBenchOp(const std::string& name);
+// By kind (OP_KIND_SEND stands for sendrecv); null if none.
+const BenchOp* BenchOpFor(v1::OpKind kind);
+
+}  // namespace ccl::ctl
