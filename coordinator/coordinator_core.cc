@@ -208,7 +208,32 @@ void CoordinatorCore::FailRegisterWaitersLocked(int rank, uint64_t serial,
   }
 }
 
+void CoordinatorCore::AbortWaitsLocked(int64_t generation,
+                                       const absl::Status& why,
+                                       Deferred& deferred) {
+  for (auto it = kv_waiters_.begin(); it != kv_waiters_.end();) {
+    if (it->second.generation != generation) {
+      ++it;
+      continue;
+    }
+    timers_.Cancel(it->second.timer);
+    DropKvWaiterLocked(it->first, it->second);
+    deferred.push_back([done = std::move(it->second.done), why] { done(why); });
+    it = kv_waiters_.erase(it);
+  }
+  for (auto it = unique_id_waiters_.begin(); it != unique_id_waiters_.end();) {
+    if (it->second.scope.first != generation) {
+      ++it;
+      continue;
+    }
+    timers_.Cancel(it->second.timer);
+    deferred.push_back([done = std::move(it->second.done), why] { done(why); });
+    it = unique_id_waiters_.erase(it);
+  }
+}
+
 void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
+  const int64_t previous = generation_;
   // A coordinator that restarted (generation 0) while its workers kept
   // running: if every rank resumes the same generation, adopt it, with the
   // groups' sequence counters where the workers stopped, so running
@@ -234,6 +259,13 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
     spdlog::info("every rank resumed generation {}: adopted it", generation_);
   } else {
     generation_ = highest + 1;
+  }
+  if (previous > 0 && previous != generation_) {
+    AbortWaitsLocked(previous,
+                     absl::AbortedError(absl::StrCat(
+                         "generation ", previous, " is over (current is ",
+                         generation_, "); re-register")),
+                     deferred);
   }
   TimePoint now = Now();
   // Everyone was just heard from (they are waiting in Register, or have
@@ -390,6 +422,14 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
 
 absl::StatusOr<HeartbeatResult> CoordinatorCore::Heartbeat(
     const HeartbeatRequest& request) {
+  Deferred deferred;
+  absl::StatusOr<HeartbeatResult> result = HeartbeatImpl(request, deferred);
+  for (auto& f : deferred) f();
+  return result;
+}
+
+absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatImpl(
+    const HeartbeatRequest& request, Deferred& deferred) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (request.rank < 0 || request.rank >= options_.world_size ||
       !slots_[request.rank].has_value() ||
@@ -424,6 +464,12 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::Heartbeat(
           "generation {}: rank {} asked to re-form the world ({}); every rank "
           "re-registers into it",
           generation_, request.rank, request.reform_reason);
+      AbortWaitsLocked(
+          generation_ - 1,
+          absl::AbortedError(absl::StrCat("generation ", generation_ - 1,
+                                          " is over (current is ", generation_,
+                                          "); re-register")),
+          deferred);
     }
   }
   return HeartbeatResult{generation_, StateLocked()};
@@ -477,6 +523,12 @@ void CoordinatorCore::SweepLocked(Deferred& deferred) {
           "rank {} (worker '{}', {}) lost: no heartbeat for {} ms; generation "
           "{} degraded",
           rank, slot->worker_id, slot->address, ToMillis(silent), generation_);
+      AbortWaitsLocked(generation_,
+                       absl::UnavailableError(absl::StrCat(
+                           "rank ", rank, " was lost (no heartbeat for ",
+                           ToMillis(silent), " ms); generation ", generation_,
+                           " re-forms when it or a replacement registers")),
+                       deferred);
     }
   }
 }
@@ -610,7 +662,11 @@ void CoordinatorCore::KvWait(WaitId id, int64_t generation,
       for (auto& key : keys) {
         if (!kv_.contains(Scope(gen, key))) missing.insert(std::move(key));
       }
-      if (!missing.empty()) {
+      if (!missing.empty() && gen != generation_) {
+        immediate = absl::AbortedError(
+            absl::StrCat("kv wait: generation ", gen, " is over (current is ",
+                         generation_, "); re-register"));
+      } else if (!missing.empty()) {
         for (const auto& key : missing) {
           kv_waiters_by_key_[Scope(gen, key)].push_back(id);
         }
@@ -779,6 +835,10 @@ void CoordinatorCore::GetUniqueId(WaitId id, int64_t generation,
         immediate = UniqueIdResult{*gen, it->second};
       } else if (shutting_down_) {
         immediate = absl::UnavailableError("coordinator is shutting down");
+      } else if (*gen != generation_) {
+        immediate = absl::AbortedError(
+            absl::StrCat("get unique id: generation ", *gen,
+                         " is over (current is ", generation_, ")"));
       } else {
         UniqueIdWaiter& waiter = unique_id_waiters_[id];
         waiter.scope = std::move(scope);

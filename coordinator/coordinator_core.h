@@ -238,6 +238,8 @@ class CoordinatorCore {
   explicit CoordinatorCore(CoordinatorOptions options);
 
   TimePoint Now() const;
+  absl::StatusOr<HeartbeatResult> HeartbeatImpl(const HeartbeatRequest& request,
+                                                Deferred& deferred);
   std::chrono::milliseconds WaitTimeout(std::chrono::milliseconds requested);
   absl::StatusOr<int64_t> ResolveGeneration(int64_t generation) const;
 
@@ -248,6 +250,11 @@ class CoordinatorCore {
   std::string DescribeMissingLocked() const;
   void SweepLocked(Deferred& deferred);
   void FormWorldLocked(Deferred& deferred);
+  // Fails the parked KV and unique-id waits of `generation` (a rendezvous
+  // that can no longer complete: the generation is over, or a member of it
+  // was lost), so that workers re-join at once instead of at their timeout.
+  void AbortWaitsLocked(int64_t generation, const absl::Status& why,
+                        Deferred& deferred);
   void ClearSlotLocked(int rank);
   void FailRegisterWaitersLocked(int rank, uint64_t serial,
                                  const absl::Status& status,

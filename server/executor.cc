@@ -170,8 +170,11 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
   if (absl::IsDeadlineExceeded(status) && !handle->IsCompleted()) {
     handle->Abort();
   }
-  if (diagnose_ &&
-      (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status))) {
+  // Only a timeout: every rank that reached the op times out at about the
+  // same moment, so missing marks mean missing ranks. A lost peer fails
+  // its neighbours at once and the rest only at their timeout, which would
+  // misname ranks still waiting.
+  if (diagnose_ && absl::IsDeadlineExceeded(status)) {
     if (std::string why = diagnose_(task->seq()); !why.empty()) {
       status = absl::Status(status.code(),
                             absl::StrCat(status.message(), "; ", why));

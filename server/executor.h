@@ -59,7 +59,7 @@ class ExecutorTask {
 class Executor {
  public:
   // Says which ranks of the group did not reach `seq`; asked when an op
-  // timed out or lost a peer, and appended to its error. May block briefly.
+  // timed out, and appended to its error. May block briefly.
   using Diagnosis = std::function<std::string(int64_t seq)>;
 
   Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,

@@ -63,10 +63,26 @@ void WorldAgent::Stop() {
 
 absl::Status WorldAgent::Join() {
   SetState("joining");
-  return Rejoin(/*first=*/true, Clock::now() + options_.register_timeout);
+  const Clock::time_point give_up = Clock::now() + options_.register_timeout;
+  while (true) {
+    bool registration_failed = false;
+    absl::Status joined = Rejoin(/*first=*/true, give_up, registration_failed);
+    if (joined.ok() || registration_failed || Clock::now() >= give_up ||
+        StopRequested()) {
+      return joined;
+    }
+    // The rendezvous failed (a peer died in it, or the generation moved
+    // on): register again, which gets the current generation.
+    spdlog::warn("ccworker: building the world failed: {}; joining again",
+                 joined.ToString());
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, std::chrono::milliseconds(200),
+                 [this] { return stop_; });
+  }
 }
 
-absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up) {
+absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
+                                bool& registration_failed) {
   v1::RegisterRequest request = options_.registration;
   if (!first) {
     request.set_requested_rank(core_.rank());
@@ -83,11 +99,15 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up) {
   absl::StatusOr<v1::RegisterResponse> registered;
   int attempts = 0;
   while (true) {
-    if (StopRequested()) return absl::CancelledError("the worker is stopping");
+    if (StopRequested()) {
+      registration_failed = true;
+      return absl::CancelledError("the worker is stopping");
+    }
     registered = coordinator_.Register(request);
     if (registered.ok()) break;
     const absl::Status& error = registered.status();
     if (!Retryable(error.code(), first) || Clock::now() + backoff > give_up) {
+      registration_failed = true;
       return error;
     }
     if (attempts++ % 10 == 0) {
@@ -101,9 +121,16 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up) {
   const int rank = registered->rank();
   const int64_t generation = registered->generation();
   const int world_size = registered->world().world_size();
-  if (registered->world().heartbeat_interval_ms() > 0) {
-    heartbeat_interval_ = std::chrono::milliseconds(
-        std::max<int64_t>(50, registered->world().heartbeat_interval_ms()));
+  registered_rank_ = rank;
+  registered_generation_ = generation;
+  if (!heartbeat_thread_.joinable()) {
+    if (registered->world().heartbeat_interval_ms() > 0) {
+      heartbeat_interval_ = std::chrono::milliseconds(
+          std::max<int64_t>(50, registered->world().heartbeat_interval_ms()));
+    }
+    // From the first registration on: building the communicators may take
+    // long, and a silent member would be declared lost meanwhile.
+    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   }
   if (!first && generation == core_.generation() && rank == core_.rank() &&
       world_size == core_.world_size() && core_.CommunicatorHealth().ok()) {
@@ -134,13 +161,15 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up) {
 
 WorldAgent::Beat WorldAgent::HeartbeatOnce() {
   v1::HeartbeatRequest beat;
-  beat.set_rank(core_.rank());
-  beat.set_generation(core_.generation());
+  beat.set_rank(registered_rank_);
+  beat.set_generation(registered_generation_);
   beat.set_worker_id(options_.registration.worker_id());
   beat.set_tensor_count(static_cast<int64_t>(core_.List().size()));
   beat.set_tensor_bytes(core_.BytesInUse());
-  if (absl::Status health = core_.CommunicatorHealth(); !health.ok()) {
-    beat.set_reform_reason(std::string(health.message()));
+  if (core_.generation() == beat.generation()) {
+    if (absl::Status health = core_.CommunicatorHealth(); !health.ok()) {
+      beat.set_reform_reason(std::string(health.message()));
+    }
   }
   absl::StatusOr<v1::HeartbeatResponse> reply = coordinator_.Heartbeat(beat);
   if (reply.ok()) {
@@ -158,21 +187,35 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
 }
 
 void WorldAgent::HeartbeatLoop() {
+  // A broken communicator is reported at once rather than at the next
+  // beat: the sooner the coordinator grants a new generation, the shorter
+  // the window in which ops fail.
+  constexpr std::chrono::milliseconds kHealthPoll(50);
   bool unreachable = false;
+  int64_t reported_broken = -1;  // generation whose breakage was reported
+  Clock::time_point next_beat = Clock::now() + heartbeat_interval_;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (cv_.wait_for(lock, heartbeat_interval_, [this] { return stop_; })) {
-        return;
-      }
+      const auto wake = std::min(next_beat, Clock::now() + kHealthPoll);
+      if (cv_.wait_until(lock, wake, [this] { return stop_; })) return;
     }
+    const int64_t generation = core_.generation();
+    const bool broken = generation == registered_generation_ &&
+                        !core_.CommunicatorHealth().ok();
+    if (Clock::now() < next_beat &&
+        !(broken && reported_broken != generation)) {
+      continue;
+    }
+    if (broken) reported_broken = generation;
+    next_beat = Clock::now() + heartbeat_interval_;
     const Beat beat = HeartbeatOnce();
     if (beat == Beat::kUnreachable && !unreachable) {
       // Communicators do not need the coordinator; keep serving and keep
       // trying, and re-join once it answers again.
       spdlog::warn(
-          "ccworker: coordinator {} unreachable; still serving, "
-          "retrying every heartbeat",
+          "ccworker: coordinator {} unreachable; still serving, retrying "
+          "every heartbeat",
           options_.coordinator);
     }
     unreachable = beat == Beat::kUnreachable;
@@ -187,7 +230,6 @@ void WorldAgent::HeartbeatLoop() {
 }
 
 void WorldAgent::Run() {
-  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -195,7 +237,9 @@ void WorldAgent::Run() {
       if (stop_) break;
       rejoin_ = false;
     }
-    absl::Status joined = Rejoin(/*first=*/false, Clock::time_point::max());
+    bool registration_failed = false;
+    absl::Status joined =
+        Rejoin(/*first=*/false, Clock::time_point::max(), registration_failed);
     if (!joined.ok() && !StopRequested()) {
       spdlog::warn("ccworker: re-joining the world failed: {}; trying again",
                    joined.ToString());
@@ -204,13 +248,13 @@ void WorldAgent::Run() {
       rejoin_ = true;
     }
   }
-  heartbeat_thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 absl::Status WorldAgent::Leave() {
   v1::DeregisterRequest leave;
-  leave.set_rank(core_.rank());
-  leave.set_generation(core_.generation());
+  leave.set_rank(registered_rank_);
+  leave.set_generation(registered_generation_);
   leave.set_worker_id(options_.registration.worker_id());
   return coordinator_.Deregister(leave);
 }

@@ -66,11 +66,12 @@ class WorldAgent {
  private:
   enum class Beat { kOk, kRejoin, kUnreachable };
 
-  // One registration attempt (with backoff while the coordinator is
-  // unreachable or the rank is still held by a lost predecessor), then the
-  // world's communicators unless the coordinator resumed our generation.
-  absl::Status Rejoin(bool first,
-                      std::chrono::steady_clock::time_point give_up);
+  // Registers (with backoff while the coordinator is unreachable or the
+  // rank is still held by a lost predecessor), then builds the world's
+  // communicators unless the coordinator resumed our generation. Errors of
+  // the registration itself come back with `registration_failed` set.
+  absl::Status Rejoin(bool first, std::chrono::steady_clock::time_point give_up,
+                      bool& registration_failed);
   Beat HeartbeatOnce();
   void HeartbeatLoop();
   void SetState(const std::string& state);
@@ -80,6 +81,11 @@ class WorldAgent {
   CoordinatorClient& coordinator_;
   const WorldAgentOptions options_;
   std::chrono::milliseconds heartbeat_interval_{1000};
+
+  // What the coordinator last said this worker is; heartbeats carry it,
+  // so that a world still being built is not mistaken for a stale one.
+  std::atomic<int> registered_rank_{-1};
+  std::atomic<int64_t> registered_generation_{0};
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -33,6 +33,13 @@ ccl_target_defaults(groups_test)
 add_test(NAME groups_test COMMAND groups_test)
 set_tests_properties(groups_test PROPERTIES LABELS integration TIMEOUT 300)
 
+add_executable(failure_test ${CMAKE_CURRENT_LIST_DIR}/failure_test.cc)
+target_link_libraries(failure_test PRIVATE ccl_local_cluster GTest::gtest_main
+  GTest::gmock)
+ccl_target_defaults(failure_test)
+add_test(NAME failure_test COMMAND failure_test)
+set_tests_properties(failure_test PROPERTIES LABELS integration TIMEOUT 900)
+
 # The same tests on NCCL (ncclCommSplit): workers on cuda:0..3; label gpu,
 # skips visibly with fewer than four GPUs.
 if(CCL_HAVE_CUDA)
@@ -45,4 +52,14 @@ if(CCL_HAVE_CUDA)
   ccl_target_defaults(groups_nccl_test)
   add_test(NAME groups_nccl_test COMMAND groups_nccl_test)
   set_tests_properties(groups_nccl_test PROPERTIES LABELS gpu TIMEOUT 600)
+
+  # Kills, stops and restarts under NCCL: the abort path on real GPUs.
+  add_executable(failure_nccl_test ${CMAKE_CURRENT_LIST_DIR}/failure_test.cc)
+  target_link_libraries(failure_nccl_test PRIVATE ccl_local_cluster
+    GTest::gtest_main GTest::gmock)
+  target_compile_definitions(failure_nccl_test PRIVATE
+    CCL_CONFORMANCE_DEVICE="cuda")
+  ccl_target_defaults(failure_nccl_test)
+  add_test(NAME failure_nccl_test COMMAND failure_nccl_test)
+  set_tests_properties(failure_nccl_test PROPERTIES LABELS gpu TIMEOUT 900)
 endif()

@@ -11,16 +11,16 @@ namespace ccl::testing {
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     LocalClusterOptions options) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  cluster->options_ = options;
   auto cccoord = BinaryPath("cccoord");
   if (!cccoord.ok()) return cccoord.status();
-  auto ccworker = BinaryPath("ccworker");
-  if (!ccworker.ok()) return ccworker.status();
 
   std::vector<std::string> coordinator_args = {
       "--world-size", absl::StrCat(options.workers), "--listen", "127.0.0.1:0"};
   coordinator_args.insert(coordinator_args.end(),
                           options.coordinator_args.begin(),
                           options.coordinator_args.end());
+  cluster->coordinator_args_ = coordinator_args;
   auto coordinator = Subprocess::Start(*cccoord, coordinator_args);
   if (!coordinator.ok()) return coordinator.status();
   cluster->coordinator_ = *std::move(coordinator);
@@ -29,20 +29,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   cluster->coordinator_address_ = cluster->coordinator_->loopback_address();
 
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> args = {
-        "--coordinator",
-        cluster->coordinator_address_,
-        "--listen",
-        "127.0.0.1:0",
-        "--rank",
-        absl::StrCat(i),
-        "--device",
-        options.device == "cuda" ? absl::StrCat("cuda:", i) : options.device};
-    args.insert(args.end(), options.worker_args.begin(),
-                options.worker_args.end());
-    Subprocess::Options process_options;
-    process_options.name = absl::StrCat("ccworker-", i);
-    auto worker = Subprocess::Start(*ccworker, args, process_options);
+    auto worker = cluster->StartWorker(i, {});
     if (!worker.ok()) return worker.status();
     cluster->workers_.push_back(*std::move(worker));
   }
@@ -50,30 +37,103 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     auto worker_port = worker->WaitForPort(options.ready_timeout);
     if (!worker_port.ok()) return worker_port.status();
   }
-  // Ready when the world is complete and every worker has its communicator.
-  const auto deadline =
-      std::chrono::steady_clock::now() + options.ready_timeout;
+  auto ready = cluster->WaitUntilReady(options.ready_timeout);
+  if (!ready.ok()) {
+    cluster->DumpLogsOnFailure();
+    return ready.status();
+  }
+  return cluster;
+}
+
+absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::StartWorker(
+    int i, const std::vector<std::string>& extra_args) const {
+  auto ccworker = BinaryPath("ccworker");
+  if (!ccworker.ok()) return ccworker.status();
+  std::vector<std::string> args = {
+      "--coordinator",
+      coordinator_address_,
+      "--listen",
+      "127.0.0.1:0",
+      "--rank",
+      absl::StrCat(i),
+      "--device",
+      options_.device == "cuda" ? absl::StrCat("cuda:", i) : options_.device};
+  args.insert(args.end(), options_.worker_args.begin(),
+              options_.worker_args.end());
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  Subprocess::Options process_options;
+  process_options.name = absl::StrCat("ccworker-", i);
+  return Subprocess::Start(*ccworker, args, process_options);
+}
+
+absl::Status LocalCluster::RestartWorker(int i,
+                                         std::vector<std::string> extra_args) {
+  if (i < 0 || i >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat("no worker ", i));
+  }
+  workers_[i]->DumpLogOnFailure();
+  auto worker = StartWorker(i, extra_args);
+  if (!worker.ok()) return worker.status();
+  workers_[i] = *std::move(worker);
+  return workers_[i]->WaitForPort(options_.ready_timeout).status();
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  auto cccoord = BinaryPath("cccoord");
+  if (!cccoord.ok()) return cccoord.status();
+  coordinator_->DumpLogOnFailure();
+  std::vector<std::string> args = coordinator_args_;
+  for (size_t k = 0; k + 1 < args.size(); ++k) {
+    if (args[k] == "--listen") args[k + 1] = coordinator_address_;
+  }
+  // The old process's port may linger a moment in the kernel.
+  absl::Status last;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto coordinator = Subprocess::Start(*cccoord, args);
+    if (!coordinator.ok()) return coordinator.status();
+    auto port = (*coordinator)->WaitForPort(std::chrono::seconds(10));
+    if (port.ok()) {
+      coordinator_ = *std::move(coordinator);
+      return absl::OkStatus();
+    }
+    last = port.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return last;
+}
+
+absl::StatusOr<int64_t> LocalCluster::WaitUntilReady(
+    std::chrono::milliseconds timeout, int64_t min_generation) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   absl::Status last = absl::UnavailableError("not ready");
   while (std::chrono::steady_clock::now() < deadline) {
-    auto client = cluster->Client(std::chrono::seconds(5));
-    if (client.ok() && (*client)->world().state() == v1::WORLD_STATE_COMPLETE) {
+    auto client = Client(std::chrono::seconds(5));
+    if (client.ok() && (*client)->world().state() == v1::WORLD_STATE_COMPLETE &&
+        (*client)->world().generation() >= min_generation) {
+      const int64_t generation = (*client)->world().generation();
       bool ready = true;
       for (int rank : (*client)->AllRanks()) {
         auto info = (*client)->Info(rank);
-        if (!info.ok() || info->state() != "ready") {
+        if (!info.ok() || info->state() != "ready" ||
+            info->generation() != generation) {
           ready = false;
-          last = info.ok() ? absl::UnavailableError(absl::StrCat(
-                                 "rank ", rank, " is ", info->state()))
-                           : info.status();
+          last =
+              info.ok()
+                  ? absl::UnavailableError(absl::StrCat(
+                        "rank ", rank, " is ", info->state(), " in generation ",
+                        info->generation(), "; the world is in ", generation))
+                  : info.status();
         }
       }
-      if (ready) return cluster;
+      if (ready) return generation;
     } else if (!client.ok()) {
       last = client.status();
+    } else {
+      last = absl::UnavailableError(
+          absl::StrCat("world ", (*client)->world().ShortDebugString()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  cluster->DumpLogsOnFailure();
   return absl::DeadlineExceededError(
       absl::StrCat("local cluster not ready: ", last.ToString()));
 }

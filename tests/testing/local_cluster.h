@@ -33,6 +33,18 @@ class LocalCluster {
   Subprocess& worker(int i) { return *workers_[i]; }
   int size() const { return static_cast<int>(workers_.size()); }
 
+  // Starts worker `i` again with the arguments it was first given (its
+  // rank included), e.g. after the test killed it; `extra_args` are added.
+  absl::Status RestartWorker(int i, std::vector<std::string> extra_args = {});
+  // Starts a fresh coordinator on the same address (the old one must be
+  // gone); it knows nothing of the world until the workers re-register.
+  absl::Status RestartCoordinator();
+  // Until the world is complete at a generation >= `min_generation` and
+  // every worker reports that generation and state "ready"; returns the
+  // generation.
+  absl::StatusOr<int64_t> WaitUntilReady(std::chrono::milliseconds timeout,
+                                         int64_t min_generation = 0);
+
   // A client of this cluster (a new one each call, as separate users are).
   absl::StatusOr<std::unique_ptr<ClusterClient>> Client(
       std::chrono::milliseconds timeout = std::chrono::seconds(30)) const;
@@ -43,6 +55,11 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
+  absl::StatusOr<std::unique_ptr<Subprocess>> StartWorker(
+      int i, const std::vector<std::string>& extra_args) const;
+
+  LocalClusterOptions options_;
+  std::vector<std::string> coordinator_args_;
   std::string coordinator_address_;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
