@@ -22,11 +22,12 @@ if [[ $mode == build ]]; then
   set -e
   cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90
   make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test \
-    nccl_launch_latency
+    failure_nccl_test nccl_launch_latency
   rm -rf "$bundle"
   "$root/../shared/tools/device-bundle" "$bundle" "$build/server/ccworker" \
     "$build/coordinator/cccoord" "$build/client/ccctl" \
-    "$build/tests/gpu/conformance_nccl_test" "$build/bench/nccl_launch_latency"
+    "$build/tests/gpu/conformance_nccl_test" \
+    "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_launch_latency"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
   strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
   du -sh "$bundle"
@@ -65,6 +66,12 @@ ldd "$bundle/bin/ccworker" >"$OUT/ldd-ccworker.log" 2>&1 || true
 
 step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
   --gtest_output="xml:$OUT/conformance_nccl_test.xml"
+
+# The NCCL abort path: workers killed (a 1 GiB all_reduce waiting for the
+# victim in the survivor's kernel), stopped, and the coordinator restarted;
+# each time the survivor aborts, the world re-forms and computes correctly.
+step failure_nccl_test 420 env CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-5}" \
+  "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
 
 # What a non-blocking communicator costs per enqueue (it bounds small-op
 # latency), and that it leaves the data plane alone.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <new>
 #include <type_traits>
@@ -336,8 +337,20 @@ absl::Status GlooCommunicator::Health() const {
 }
 
 void GlooCommunicator::Abort(const absl::Status& why) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (broken_.ok()) broken_ = why;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.ok()) broken_ = why;
+    if (closed_) return;
+    closed_ = true;
+  }
+  // Closing this rank's connections is what ncclCommAbort does for NCCL:
+  // peers still blocked in an op with this rank fail at once with a closed
+  // connection instead of waiting for their own timeout.
+  try {
+    context_->closeConnections();
+  } catch (const std::exception& e) {
+    std::cerr << "[ccl gloo] closing connections: " << e.what() << std::endl;
+  }
 }
 
 std::byte* GlooCommunicator::Scratch(size_t bytes) {
@@ -387,10 +400,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
   } catch (const std::exception& e) {
     status = absl::InternalError(absl::StrCat(where, ": ", e.what()));
   }
-  if (poison) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (broken_.ok()) broken_ = status;
-  }
+  if (poison) Abort(status);
   return std::make_unique<CompletedWork>(std::move(status), MicrosSince(start));
 }
 

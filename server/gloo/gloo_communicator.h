@@ -74,6 +74,7 @@ class GlooCommunicator final : public Communicator {
 
   mutable std::mutex mutex_;
   absl::Status broken_;
+  bool closed_ = false;
 };
 
 }  // namespace ccl
