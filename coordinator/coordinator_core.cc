@@ -90,6 +90,49 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
 CoordinatorCore::CoordinatorCore(CoordinatorOptions options)
     : options_(std::move(options)), slots_(options_.world_size) {}
 
+int CoordinatorCore::WorldSize() const {
+  return static_cast<int>(slots_.size());
+}
+
+void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
+  if (!options_.elastic_shrink || generation_ == 0) return;
+  std::vector<std::optional<Member>> kept;
+  std::vector<int> dropped;
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    auto& slot = slots_[rank];
+    if (!slot.has_value()) {
+      dropped.push_back(rank);
+      continue;
+    }
+    // A replacement on its way in completes the world instead.
+    if (slot->state == MemberState::kJoining) return;
+    if (slot->state == MemberState::kReady) {
+      kept.push_back(std::move(slot));
+    } else {
+      dropped.push_back(rank);
+    }
+  }
+  if (dropped.empty() || kept.empty()) return;
+  const int before = WorldSize();
+  slots_ = std::move(kept);
+  rank_of_worker_.clear();
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    if (!slots_[rank]->worker_id.empty()) {
+      rank_of_worker_[slots_[rank]->worker_id] = rank;
+    }
+  }
+  const int64_t previous = generation_++;
+  spdlog::warn(
+      "generation {}: the world shrank from {} to {} ranks without rank(s) {} "
+      "(--elastic shrink); survivors keep their order and are renumbered",
+      generation_, before, WorldSize(), absl::StrJoin(dropped, ", "));
+  AbortWaitsLocked(previous,
+                   absl::AbortedError(absl::StrCat(
+                       "generation ", previous, " shrank into generation ",
+                       generation_, "; re-register")),
+                   deferred);
+}
+
 CoordinatorCore::~CoordinatorCore() { Shutdown(); }
 
 CoordinatorCore::TimePoint CoordinatorCore::Now() const {
@@ -144,12 +187,12 @@ WorldState CoordinatorCore::StateLocked() const {
 WorldInfo CoordinatorCore::SnapshotLocked() const {
   WorldInfo world;
   world.generation = generation_;
-  world.world_size = options_.world_size;
+  world.world_size = WorldSize();
   world.state = StateLocked();
   world.heartbeat_interval_ms = options_.heartbeat_interval.count();
   world.heartbeat_timeout_ms = options_.heartbeat_timeout.count();
   TimePoint now = Now();
-  for (int rank = 0; rank < options_.world_size; ++rank) {
+  for (int rank = 0; rank < WorldSize(); ++rank) {
     const auto& slot = slots_[rank];
     if (!slot.has_value()) continue;
     MemberInfo& m = world.members.emplace_back();
@@ -168,11 +211,11 @@ WorldInfo CoordinatorCore::SnapshotLocked() const {
 
 std::string CoordinatorCore::DescribeMissingLocked() const {
   std::vector<int> missing;
-  for (int rank = 0; rank < options_.world_size; ++rank) {
+  for (int rank = 0; rank < WorldSize(); ++rank) {
     if (!IsLive(slots_[rank])) missing.push_back(rank);
   }
-  std::string out = absl::StrCat(options_.world_size - missing.size(), " of ",
-                                 options_.world_size, " ranks registered");
+  std::string out = absl::StrCat(WorldSize() - missing.size(), " of ",
+                                 WorldSize(), " ranks registered");
   if (!missing.empty()) {
     constexpr size_t kShown = 16;
     std::vector<int> shown(missing.begin(),
@@ -278,7 +321,7 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
   }
   auto world = std::make_shared<const WorldInfo>(SnapshotLocked());
   spdlog::info("world formed: generation {}, {} ranks", generation_,
-               options_.world_size);
+               WorldSize());
   for (auto& [id, waiter] : register_waiters_) {
     timers_.Cancel(waiter.timer);
     RegisterResult result{waiter.rank, generation_, world};
@@ -302,11 +345,6 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
     if (r < 0) {
       return fail(absl::InvalidArgumentError(
           absl::StrCat("register: requested rank ", r, " is negative")));
-    }
-    if (r >= options_.world_size) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "register: requested rank ", r, " is out of range for world size ",
-          options_.world_size)));
     }
   }
   if (request.resume_generation < 0) {
@@ -339,13 +377,21 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
                        : rank_of_worker_.find(request.worker_id);
       if (known != rank_of_worker_.end()) {
         rank = known->second;
-        if (request.requested_rank.has_value() &&
+        // A re-joining worker names its previous rank only as a hint for a
+        // coordinator that forgot it; one that remembers it (perhaps under
+        // a new rank, after a shrink) has the last word.
+        if (request.requested_rank.has_value() && !request.rejoin &&
             *request.requested_rank != rank) {
           error = absl::FailedPreconditionError(absl::StrCat(
               "register: worker '", request.worker_id, "' already holds rank ",
               rank, "; it cannot also take rank ", *request.requested_rank,
               " (deregister first)"));
         }
+      } else if (request.requested_rank.has_value() &&
+                 *request.requested_rank >= WorldSize()) {
+        error = absl::InvalidArgumentError(
+            absl::StrCat("register: requested rank ", *request.requested_rank,
+                         " is out of range for world size ", WorldSize()));
       } else if (request.requested_rank.has_value()) {
         rank = *request.requested_rank;
         if (IsLive(slots_[rank])) {
@@ -354,7 +400,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
               slots_[rank]->worker_id, "' at ", slots_[rank]->address));
         }
       } else {
-        for (int r = 0; r < options_.world_size; ++r) {
+        for (int r = 0; r < WorldSize(); ++r) {
           if (!IsLive(slots_[r])) {
             rank = r;
             break;
@@ -362,7 +408,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
         }
         if (rank < 0) {
           error = absl::ResourceExhaustedError(absl::StrCat(
-              "register: world of size ", options_.world_size, " is full"));
+              "register: world of size ", WorldSize(), " is full"));
         }
       }
 
@@ -431,7 +477,7 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::Heartbeat(
 absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatImpl(
     const HeartbeatRequest& request, Deferred& deferred) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (request.rank < 0 || request.rank >= options_.world_size ||
+  if (request.rank < 0 || request.rank >= WorldSize() ||
       !slots_[request.rank].has_value() ||
       slots_[request.rank]->worker_id != request.worker_id) {
     return absl::NotFoundError(absl::StrCat(
@@ -482,7 +528,7 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
   {
     std::lock_guard<std::mutex> lock(mutex_);
     current = generation_;
-    if (rank < 0 || rank >= options_.world_size || !slots_[rank].has_value() ||
+    if (rank < 0 || rank >= WorldSize() || !slots_[rank].has_value() ||
         slots_[rank]->state == MemberState::kLeft ||
         slots_[rank]->worker_id != worker_id) {
       return absl::NotFoundError(absl::StrCat("deregister: rank ", rank,
@@ -504,6 +550,7 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
       ClearSlotLocked(rank);
     } else {
       member.state = MemberState::kLeft;
+      ShrinkLocked(deferred);
     }
     spdlog::info("rank {} left (worker '{}')", rank, worker_id);
   }
@@ -513,12 +560,14 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
 
 void CoordinatorCore::SweepLocked(Deferred& deferred) {
   TimePoint now = Now();
-  for (int rank = 0; rank < options_.world_size; ++rank) {
+  bool lost = false;
+  for (int rank = 0; rank < WorldSize(); ++rank) {
     auto& slot = slots_[rank];
     if (!slot.has_value() || slot->state != MemberState::kReady) continue;
     auto silent = now - slot->last_seen;
     if (silent > options_.heartbeat_timeout) {
       slot->state = MemberState::kLost;
+      lost = true;
       spdlog::warn(
           "rank {} (worker '{}', {}) lost: no heartbeat for {} ms; generation "
           "{} degraded",
@@ -531,6 +580,7 @@ void CoordinatorCore::SweepLocked(Deferred& deferred) {
                        deferred);
     }
   }
+  if (lost) ShrinkLocked(deferred);
 }
 
 void CoordinatorCore::SweepLiveness() {

@@ -47,6 +47,10 @@ struct CoordinatorOptions {
   // Liveness is swept on this period and on every GetWorld; zero disables
   // the periodic sweep (tests drive it with SweepLiveness and a fake clock).
   std::chrono::milliseconds sweep_period{250};
+  // A formed world that loses a member (LOST, or LEFT by deregistering)
+  // continues without it at a new generation, its survivors renumbered in
+  // order (torchrun's elastic shrink), instead of waiting for a replacement.
+  bool elastic_shrink = false;
   // Injectable so that heartbeat expiry is testable without sleeping. Wait
   // deadlines always use the real steady clock.
   std::function<std::chrono::steady_clock::time_point()> clock;
@@ -83,6 +87,10 @@ struct RegisterRequest {
   std::string worker_id;
   // Zero means the server default.
   std::chrono::milliseconds timeout{0};
+  // Set by a worker re-joining a world it was part of: requested_rank is
+  // its previous rank, a hint that yields to the rank the coordinator
+  // still knows it by.
+  bool rejoin = false;
   // A worker whose communicators run in this generation (it re-registers
   // after a coordinator restart); 0 for none. See FormWorldLocked.
   int64_t resume_generation = 0;
@@ -238,6 +246,10 @@ class CoordinatorCore {
   explicit CoordinatorCore(CoordinatorOptions options);
 
   TimePoint Now() const;
+  // The current number of ranks: the configured size, less what an elastic
+  // shrink removed.
+  int WorldSize() const;
+  void ShrinkLocked(Deferred& deferred);
   absl::StatusOr<HeartbeatResult> HeartbeatImpl(const HeartbeatRequest& request,
                                                 Deferred& deferred);
   std::chrono::milliseconds WaitTimeout(std::chrono::milliseconds requested);

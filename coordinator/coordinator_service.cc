@@ -117,6 +117,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
   native.worker_id = request->worker_id();
   native.timeout = milliseconds(request->timeout_ms());
   native.resume_generation = request->resume_generation();
+  native.rejoin = request->rejoin();
   native.resume_next_seq.insert(request->resume_next_seq().begin(),
                                 request->resume_next_seq().end());
 

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   int64_t heartbeat_timeout_ms = 10000;
   int64_t register_timeout_ms = 300000;
   int64_t max_value_bytes = 1 << 20;
+  std::string elastic = "none";
   auto* world_opt = app.add_option(
       "--world-size", world_size,
       "Number of ranks (fallback: $CCL_WORLD_SIZE, then $WORLD_SIZE)");
@@ -79,6 +80,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-value-bytes", max_value_bytes,
                  "Largest KV value accepted")
+      ->capture_default_str();
+  app.add_option("--elastic", elastic,
+                 "What a formed world does when a rank is lost or leaves: "
+                 "'none' waits for a replacement to take the rank; 'shrink' "
+                 "goes on without it at a new generation, survivors "
+                 "renumbered in order")
+      ->check(CLI::IsMember({"none", "shrink"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -110,6 +118,7 @@ int main(int argc, char** argv) {
   options.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
   options.default_wait_timeout = std::chrono::milliseconds(register_timeout_ms);
   options.max_value_bytes = static_cast<size_t>(max_value_bytes);
+  options.elastic_shrink = elastic == "shrink";
   options.sweep_period = std::chrono::milliseconds(
       std::max<int64_t>(10, std::min<int64_t>(heartbeat_interval_ms, 1000)));
   auto core = ccl::coordinator::CoordinatorCore::Create(std::move(options));

@@ -86,6 +86,7 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   v1::RegisterRequest request = options_.registration;
   if (!first) {
     request.set_requested_rank(core_.rank());
+    request.set_rejoin(true);
     request.set_timeout_ms(kRejoinAttempt.count());
     if (core_.CommunicatorHealth().ok()) {
       // Offered in case the coordinator restarted; ignored otherwise.

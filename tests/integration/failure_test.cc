@@ -81,6 +81,8 @@ absl::StatusOr<v1::OpResponse> Submit(ClusterClient& client, int rank,
 
 class FailureTest : public ::testing::Test {
  protected:
+  virtual std::vector<std::string> ExtraCoordinatorArgs() const { return {}; }
+
   void SetUp() override {
     testing::LocalClusterOptions options;
     options.workers = kWorkers;
@@ -89,6 +91,9 @@ class FailureTest : public ::testing::Test {
     // Lost within 1.5 s, so a replacement can take the rank soon.
     options.coordinator_args = {"--heartbeat-interval-ms", "200",
                                 "--heartbeat-timeout-ms", "1500"};
+    for (const std::string& arg : ExtraCoordinatorArgs()) {
+      options.coordinator_args.push_back(arg);
+    }
     auto cluster = testing::LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
@@ -105,7 +110,8 @@ class FailureTest : public ::testing::Test {
   void ExpectCorrectAllReduce(const std::string& name, int64_t n = 1000) {
     auto client = Client();
     ASSERT_NE(client, nullptr);
-    for (int r = 0; r < kWorkers; ++r) {
+    const int world = client->world_size();
+    for (int r = 0; r < world; ++r) {
       (void)client->Free(r, name);
       ASSERT_TRUE(
           client->Alloc(r, Float32(name, n, v1::FILL_KIND_RANK_PLUS_ONE)).ok());
@@ -114,8 +120,8 @@ class FailureTest : public ::testing::Test {
       ASSERT_TRUE(r.result.ok())
           << "rank " << r.rank << ": " << r.result.status();
     }
-    const double expected = kWorkers * (kWorkers + 1) / 2.0;
-    for (int r = 0; r < kWorkers; ++r) {
+    const double expected = world * (world + 1) / 2.0;
+    for (int r = 0; r < world; ++r) {
       auto summary = client->Summarize(r, name, 1);
       ASSERT_TRUE(summary.ok()) << summary.status();
       EXPECT_EQ(summary->min(), expected) << "rank " << r;
@@ -429,6 +435,44 @@ TEST_F(FailureTest, ConcurrentClientsDuringAFailureNeverHang) {
   EXPECT_EQ(unexpected, 0);
   ExpectCorrectAllReduce("c0", 1 << 14);
   ExpectCorrectAllReduce("c1", 1 << 14);
+}
+
+class ElasticShrinkTest : public FailureTest {
+ protected:
+  std::vector<std::string> ExtraCoordinatorArgs() const override {
+    return {"--elastic", "shrink"};
+  }
+};
+
+// With --elastic shrink nobody waits for a replacement: the coordinator
+// drops the lost rank, the survivors are renumbered in order at a new
+// generation (keeping their tensors), and the next collective runs on the
+// smaller world.
+TEST_F(ElasticShrinkTest, AKilledRankIsDroppedAndTheWorldGoesOn) {
+  for (int r = 0; r < kWorkers; ++r) AllocKeep(r);
+  auto before = Client(seconds(10));
+  ASSERT_NE(before, nullptr);
+  const int64_t generation = before->world().generation();
+  const int victim = 1;
+  ASSERT_TRUE(cluster_->worker(victim).Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster_->worker(victim).WaitForExit(seconds(10)).ok());
+  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto after = Client();
+  ASSERT_NE(after, nullptr);
+  ASSERT_EQ(after->world_size(), kWorkers - 1);
+  for (int rank = 0; rank < kWorkers - 1; ++rank) {
+    const int old_rank = rank < victim ? rank : rank + 1;
+    auto info = after->Info(rank);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->rank(), rank);
+    EXPECT_EQ(info->world_size(), kWorkers - 1);
+    // Filled as arange + its old rank before the shrink.
+    auto summary = after->Summarize(rank, "keep", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->head(0), old_rank) << "new rank " << rank;
+  }
+  ExpectCorrectAllReduce("check");
 }
 
 }  // namespace

@@ -61,9 +61,10 @@ class FakeClock {
 
 class CoordinatorCoreTest : public ::testing::Test {
  protected:
-  CoordinatorCore& Make(int world_size) {
+  CoordinatorCore& Make(int world_size, bool elastic_shrink = false) {
     CoordinatorOptions options;
     options.world_size = world_size;
+    options.elastic_shrink = elastic_shrink;
     options.heartbeat_interval = milliseconds(1000);
     options.heartbeat_timeout = milliseconds(10000);
     options.max_value_bytes = 64;
@@ -413,6 +414,47 @@ TEST_F(CoordinatorCoreTest, RanksResumingDifferentGenerationsGetANewerOne) {
   Result<RegisterResult> rejected;
   core_->Register(core_->NewWaitId(), bad, rejected.callback());
   EXPECT_EQ(rejected.Get().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorCoreTest, ElasticShrinkGoesOnWithoutALostRank) {
+  Make(3, /*elastic_shrink=*/true);
+  FormWorld(3);
+  clock_.Advance(milliseconds(6000));
+  ASSERT_TRUE(Heartbeat(0, 1, "w0").ok());
+  ASSERT_TRUE(Heartbeat(2, 1, "w2").ok());
+  clock_.Advance(milliseconds(6000));  // w1 silent for 12 s
+  core_->SweepLiveness();
+  WorldInfo world = core_->GetWorld();
+  EXPECT_EQ(world.generation, 2);
+  EXPECT_EQ(world.world_size, 2);
+  ASSERT_EQ(world.members.size(), 2u);
+  EXPECT_EQ(world.members[1].worker_id, "w2");
+  // w2's old rank is gone; it re-joins naming it and gets its new rank.
+  EXPECT_EQ(Heartbeat(2, 1, "w2").code(), absl::StatusCode::kNotFound);
+  RegisterRequest again;
+  again.address = "10.0.0.1:7000";
+  again.worker_id = "w2";
+  again.requested_rank = 2;
+  again.rejoin = true;
+  Result<RegisterResult> rejoined;
+  core_->Register(core_->NewWaitId(), again, rejoined.callback());
+  auto r = rejoined.Get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->rank, 1);
+  EXPECT_EQ(r->generation, 2);
+  EXPECT_EQ(r->world->world_size, 2);
+  // Without the rejoin flag the same request is a conflict, as before.
+  again.rejoin = false;
+  Result<RegisterResult> conflict;
+  core_->Register(core_->NewWaitId(), again, conflict.callback());
+  EXPECT_EQ(conflict.Get().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A rank that leaves shrinks the world too.
+  ASSERT_TRUE(core_->Deregister(0, 2, "w0").ok());
+  world = core_->GetWorld();
+  EXPECT_EQ(world.generation, 3);
+  EXPECT_EQ(world.world_size, 1);
+  EXPECT_EQ(world.state, WorldState::kComplete);
 }
 
 TEST_F(CoordinatorCoreTest, HeartbeatFromStrangersIsNotFound) {
