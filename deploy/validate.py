@@ -34,7 +34,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import yaml
 
@@ -59,8 +58,8 @@ def run(args, **kwargs):
 
 # ---------------------------------------------------------------- schema ---
 # A spec is: a type name ("str", "int", "bool", "intstr", "quantity",
-# "any-map" for free string maps), a dict of fields (a leading "!" marks a
-# required one), or ["list", spec].
+# "strmap" for string-to-string maps, "quantitymap" for resource lists), a
+# dict of fields (a leading "!" marks a required one), or ["list", spec].
 
 STRMAP = "strmap"
 
@@ -70,7 +69,6 @@ OBJECT_META = {
 }
 TEMPLATE_META = {"labels": STRMAP, "annotations": STRMAP}
 LABEL_SELECTOR = {"matchLabels": STRMAP}
-PORT_REF = {"!port": "intstr", "service": "str"}
 PROBE = {
     "grpc": {"!port": "int", "service": "str"},
     "httpGet": {"!port": "intstr", "path": "str", "scheme": "str"},
