@@ -21,7 +21,7 @@ that work without one, and with a schema check of our own.
             .dockerignore.
 
 A missing tool is a failure, never a skip. Exit 0 when all pass.
-Usage: deploy/validate.py [--root DIR]   (env KUBECTL, DOCKER_COMPOSE,
+Usage: deploy/validate.py [--root DIR] [--only compose|k8s|docker]   (env KUBECTL, DOCKER_COMPOSE,
 SHELLCHECK override the tools' paths)
 """
 
@@ -528,10 +528,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=os.path.dirname(
         os.path.dirname(os.path.abspath(__file__))))
+    parser.add_argument("--only", choices=("compose", "k8s", "docker"),
+                        help="check one part (all by default)")
     args = parser.parse_args()
-    validate_compose(args.root)
-    validate_k8s(args.root)
-    validate_docker(args.root)
+    for part, check_part in (("compose", validate_compose),
+                             ("k8s", validate_k8s),
+                             ("docker", validate_docker)):
+        if args.only in (None, part):
+            check_part(args.root)
     if FAILURES:
         print(f"\n{len(FAILURES)} problem(s):", file=sys.stderr)
         for line in FAILURES:

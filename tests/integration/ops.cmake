@@ -20,6 +20,11 @@ add_test(NAME deploy_validate
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/deploy/validate.py
     --root ${PROJECT_SOURCE_DIR})
 set_tests_properties(deploy_validate PROPERTIES LABELS unit TIMEOUT 120)
+# validate.py catches what it claims to: broken copies of the manifests.
+add_test(NAME deploy_validate_selftest
+  COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/deploy/validate_test.py)
+set_tests_properties(deploy_validate_selftest PROPERTIES LABELS unit
+  TIMEOUT 300)
 
 # The compose file's cpu profile, run as it is written (addresses and ports
 # aside) against the binaries of this build.
