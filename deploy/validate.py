@@ -56,6 +56,27 @@ def run(args, **kwargs):
     return subprocess.run(args, capture_output=True, text=True, **kwargs)
 
 
+# ------------------------------------------------------------- env names ---
+
+def known_env_names(root):
+    """The CCL_* / CCCTL_* variables the binaries read, from their sources:
+    a misspelt variable in a manifest is silently ignored by the binary, so
+    it is caught here."""
+    names = set()
+    for path in ("server/main.cc", "coordinator/main.cc",
+                 "client/ccctl/common.cc"):
+        with open(os.path.join(root, path)) as f:
+            names.update(re.findall(r'"((?:CCL|CCCTL)_[A-Z_]+)"', f.read()))
+    return names
+
+
+def check_env_names(root, where, env):
+    known = known_env_names(root)
+    for name in env:
+        if re.match(r"^(CCL|CCCTL)_", name) and name not in known:
+            fail(where, f"{name} is not read by any binary")
+
+
 # ---------------------------------------------------------------- schema ---
 # A spec is: a type name ("str", "int", "bool", "intstr", "quantity",
 # "strmap" for string-to-string maps, "quantitymap" for resource lists), a
@@ -306,6 +327,10 @@ def validate_k8s(root):
         rendered[overlay] = objects
         for obj in objects:
             check_object(f"overlay {overlay}", obj)
+            if obj.get("kind") in ("Deployment", "StatefulSet", "Job"):
+                for c in containers(obj):
+                    check_env_names(root, f"overlay {overlay}:{c['name']}",
+                                    env_of(c))
         try:
             check_wiring(f"overlay {overlay}", objects)
         except (KeyError, TypeError, IndexError) as e:
@@ -321,6 +346,9 @@ def validate_k8s(root):
             objects = [o for o in yaml.safe_load_all(f) if o]
         for obj in objects:
             check_object(f"jobs/{name}", obj)
+            if obj.get("kind") == "Job":
+                for c in containers(obj):
+                    check_env_names(root, f"jobs/{name}", env_of(c))
         print(f"k8s: jobs/{name}: {len(objects)} objects")
 
 
@@ -339,6 +367,7 @@ def validate_compose(root):
         return
     services = yaml.safe_load(result.stdout)["services"]
     for name, svc in services.items():
+        check_env_names(root, f"compose:{name}", svc.get("environment") or {})
         command = svc.get("command") or svc.get("entrypoint") or []
         binary = command[0] if command else None
         if binary in ("cccoord", "ccworker") and not svc.get("healthcheck"):

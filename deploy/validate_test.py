@@ -34,6 +34,10 @@ CASES = [
      "are not 0..N-1"),
     ("deploy/compose/compose.yaml", "services:", "services:\n  bad: [",
      "compose"),
+    ("deploy/k8s/base/worker.yaml", "- name: CCL_METRICS_PORT",
+     "- name: CCL_METRIC_PORT", "CCL_METRIC_PORT is not read"),
+    ("deploy/compose/compose.yaml", "  CCL_DRAIN_MS:", "  CCL_DRAIN:",
+     "CCL_DRAIN is not read"),
     ("docker/Dockerfile.cpu", "USER 10001:10001", "USER root",
      "non-root USER"),
     ("docker/Dockerfile.cpu", "COPY --from=build /out/bin/",
@@ -50,6 +54,10 @@ CASES = [
 def copy_tree(dest):
     for name in ("deploy", "docker"):
         shutil.copytree(os.path.join(ROOT, name), os.path.join(dest, name))
+    for path in ("server/main.cc", "coordinator/main.cc",
+                 "client/ccctl/common.cc"):
+        os.makedirs(os.path.dirname(os.path.join(dest, path)), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, path), os.path.join(dest, path))
     shutil.copy(os.path.join(ROOT, ".dockerignore"), dest)
     shutil.copy(os.path.join(ROOT, "CMakeLists.txt"), dest)
 

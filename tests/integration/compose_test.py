@@ -19,7 +19,9 @@ Then: start the services without a profile (the coordinator) and wait until
 their healthcheck passes, start the cpu profile's workers and wait until
 their healthchecks pass (a worker is healthy once the world is formed), run
 `ccctl allreduce --op sum` and check every rank printed the sum
-1 + ... + world_size. Bounded in time; every process is killed at the end.
+1 + ... + world_size, then scrape each service's metrics endpoint at the
+port its environment gives. Bounded in time; every process is killed at the
+end.
 """
 
 import argparse
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import yaml
 
@@ -192,6 +195,22 @@ def main():
             raise AssertionError(f"ccctl exited {result.returncode}")
         if result.stdout.count(want) != world:
             raise AssertionError(f"expected {want} on each of {world} ranks")
+        # The metrics endpoints the file configures are served where it says.
+        for name, svc in list(always.items()) + list(workers.items()):
+            env = sub.env(name, svc.get("environment"))
+            if "CCL_METRICS_PORT" not in env:
+                continue
+            url = (f"http://{env.get('CCL_METRICS_ADDRESS', '127.0.0.1')}:"
+                   f"{env['CCL_METRICS_PORT']}/metrics")
+            # Loopback only: never through a proxy from the environment.
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            text = opener.open(url, timeout=5).read().decode()
+            want = ('ccl_ops_total{op="all_reduce",backend="gloo",'
+                    'status="OK"} 1' if name in workers else
+                    "ccl_coordinator_world_size")
+            if want not in text:
+                raise AssertionError(f"{name}: {url} lacks {want}")
+            print(f"scraped {name}: {url}: has {want}")
         ok = True
     except (AssertionError, OSError, subprocess.TimeoutExpired) as error:
         print(f"FAIL: {error}", file=sys.stderr)
