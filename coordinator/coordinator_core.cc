@@ -209,13 +209,40 @@ void CoordinatorCore::FailRegisterWaitersLocked(int rank, uint64_t serial,
 }
 
 void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
-  ++generation_;
+  // A coordinator that restarted (generation 0) while its workers kept
+  // running: if every rank resumes the same generation, adopt it, with the
+  // groups' sequence counters where the workers stopped, so running
+  // communicators are not disturbed. Anything else is a new generation above
+  // every one seen, so no worker mistakes it for the one it runs.
+  int64_t resumed = 0;
+  bool resume = generation_ == 0;
+  int64_t highest = generation_;
+  for (const auto& slot : slots_) {
+    const int64_t g = slot->resume_generation;
+    highest = std::max(highest, g);
+    if (g <= 0 || (resumed != 0 && g != resumed)) resume = false;
+    resumed = g;
+  }
+  if (resume && resumed > 0) {
+    generation_ = resumed;
+    for (const auto& slot : slots_) {
+      for (const auto& [group, next] : slot->resume_next_seq) {
+        int64_t& counter = sequences_[Scope(generation_, GroupName(group))];
+        counter = std::max(counter, next);
+      }
+    }
+    spdlog::info("every rank resumed generation {}: adopted it", generation_);
+  } else {
+    generation_ = highest + 1;
+  }
   TimePoint now = Now();
   // Everyone was just heard from (they are waiting in Register, or have
   // been heartbeating); a member that waited long must not expire at once.
   for (auto& slot : slots_) {
     slot->state = MemberState::kReady;
     slot->last_seen = now;
+    slot->resume_generation = 0;
+    slot->resume_next_seq.clear();
   }
   auto world = std::make_shared<const WorldInfo>(SnapshotLocked());
   spdlog::info("world formed: generation {}, {} ranks", generation_,
@@ -248,6 +275,17 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       return fail(absl::InvalidArgumentError(absl::StrCat(
           "register: requested rank ", r, " is out of range for world size ",
           options_.world_size)));
+    }
+  }
+  if (request.resume_generation < 0) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("register: resume generation ", request.resume_generation,
+                     " is negative")));
+  }
+  for (const auto& [group, next] : request.resume_next_seq) {
+    if (next < 0) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "register: next seq ", next, " of group '", group, "' is negative")));
     }
   }
   if (request.timeout.count() < 0) {
@@ -313,6 +351,8 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
         slot->host = request.host;
         slot->device = request.device;
         slot->last_seen = Now();
+        slot->resume_generation = request.resume_generation;
+        slot->resume_next_seq = std::move(request.resume_next_seq);
         if (slot->state == MemberState::kReady) {
           // A reconnect into a formed world: nothing to wait for.
           spdlog::info("rank {} reconnected (worker '{}', {})", rank,
@@ -374,6 +414,17 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::Heartbeat(
     return absl::FailedPreconditionError(
         absl::StrCat("generation ", request.generation, " is over; current is ",
                      generation_, "; re-register"));
+  }
+  if (!request.reform_reason.empty()) {
+    // Only a whole world re-forms at once; a degraded one re-forms when the
+    // missing rank comes back (Register does that).
+    if (StateLocked() == WorldState::kComplete) {
+      ++generation_;
+      spdlog::warn(
+          "generation {}: rank {} asked to re-form the world ({}); every rank "
+          "re-registers into it",
+          generation_, request.rank, request.reform_reason);
+    }
   }
   return HeartbeatResult{generation_, StateLocked()};
 }

@@ -83,6 +83,11 @@ struct RegisterRequest {
   std::string worker_id;
   // Zero means the server default.
   std::chrono::milliseconds timeout{0};
+  // A worker whose communicators run in this generation (it re-registers
+  // after a coordinator restart); 0 for none. See FormWorldLocked.
+  int64_t resume_generation = 0;
+  // Next sequence number per group on that worker.
+  std::map<std::string, int64_t> resume_next_seq;
 };
 
 struct RegisterResult {
@@ -99,6 +104,9 @@ struct HeartbeatRequest {
   std::string worker_id;
   int64_t tensor_count = 0;
   int64_t tensor_bytes = 0;
+  // Non-empty: the worker's world communicator is broken; asks for a new
+  // generation (granted when every member is ready).
+  std::string reform_reason;
 };
 
 struct HeartbeatResult {
@@ -203,6 +211,8 @@ class CoordinatorCore {
     std::string worker_id;
     int64_t tensor_count = 0;
     int64_t tensor_bytes = 0;
+    int64_t resume_generation = 0;
+    std::map<std::string, int64_t> resume_next_seq;
   };
   struct RegisterWaiter {
     int rank = 0;

@@ -116,6 +116,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
   }
   native.worker_id = request->worker_id();
   native.timeout = milliseconds(request->timeout_ms());
+  native.resume_generation = request->resume_generation();
+  native.resume_next_seq.insert(request->resume_next_seq().begin(),
+                                request->resume_next_seq().end());
 
   auto* reactor = new ParkedReactor(core_);
   const bool include_members = request->include_members();
@@ -136,9 +139,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  HeartbeatRequest native{request->rank(), request->generation(),
-                          request->worker_id(), request->tensor_count(),
-                          request->tensor_bytes()};
+  HeartbeatRequest native{request->rank(),         request->generation(),
+                          request->worker_id(),    request->tensor_count(),
+                          request->tensor_bytes(), request->reform_reason()};
   absl::StatusOr<HeartbeatResult> r = core_.Heartbeat(native);
   if (r.ok()) {
     response->set_generation(r->generation);

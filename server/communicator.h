@@ -102,6 +102,12 @@ class Communicator {
   // is poisoned (peers may be mid-op) and this says why.
   virtual absl::Status Health() const = 0;
 
+  // Poisons the communicator with `why` and stops what it can: NCCL aborts
+  // the communicator, so kernels waiting for a dead peer end and the device
+  // is free for the next generation's; Gloo cannot interrupt an op inside
+  // its transport, which ends at the op's own timeout. Any thread.
+  virtual void Abort(const absl::Status& why) = 0;
+
   // Errors returned here mean nothing was launched; errors of the op
   // itself come back through the handle.
   virtual absl::StatusOr<std::unique_ptr<CommWork>> Launch(

@@ -27,11 +27,12 @@ std::string DescribeOp(const OpSpec& spec) {
 
 Executor::Executor(std::string group, int rank,
                    std::shared_ptr<Communicator> comm,
-                   std::chrono::milliseconds gap_timeout)
+                   std::chrono::milliseconds gap_timeout, Diagnosis diagnose)
     : group_(std::move(group)),
       rank_(rank),
       comm_(std::move(comm)),
-      gap_timeout_(gap_timeout) {
+      gap_timeout_(gap_timeout),
+      diagnose_(std::move(diagnose)) {
   launch_thread_ = std::thread([this] { LaunchLoop(); });
   completion_thread_ = std::thread([this] { CompletionLoop(); });
 }
@@ -168,6 +169,13 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
   absl::Status status = handle->Wait(task->timeout());
   if (absl::IsDeadlineExceeded(status) && !handle->IsCompleted()) {
     handle->Abort();
+  }
+  if (diagnose_ &&
+      (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status))) {
+    if (std::string why = diagnose_(task->seq()); !why.empty()) {
+      status = absl::Status(status.code(),
+                            absl::StrCat(status.message(), "; ", why));
+    }
   }
   task->Complete(std::move(status), handle->DeviceMicros());
 }

@@ -58,8 +58,12 @@ class ExecutorTask {
 
 class Executor {
  public:
+  // Says which ranks of the group did not reach `seq`; asked when an op
+  // timed out or lost a peer, and appended to its error. May block briefly.
+  using Diagnosis = std::function<std::string(int64_t seq)>;
+
   Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,
-           std::chrono::milliseconds gap_timeout);
+           std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr);
   // Stops (cancelling queued tasks) and joins.
   ~Executor();
   Executor(const Executor&) = delete;
@@ -96,6 +100,7 @@ class Executor {
   const int rank_;
   const std::shared_ptr<Communicator> comm_;
   const std::chrono::milliseconds gap_timeout_;
+  const Diagnosis diagnose_;
 
   mutable std::mutex mutex_;
   std::condition_variable launch_cv_;

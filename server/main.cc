@@ -23,10 +23,10 @@
 #include "common/logging.h"
 #include "common/metrics_http.h"
 #include "common/types.h"
-#include "server/coordinator_kv_store.h"
 #include "server/worker_core.h"
 #include "server/worker_metrics.h"
 #include "server/worker_service.h"
+#include "server/world_agent.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -69,6 +69,10 @@ class StopSignal {
   bool WaitFor(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
     return cv_.wait_for(lock, timeout, [this] { return stopped_; });
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return stopped_; });
   }
   bool stopped() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -285,76 +289,48 @@ int main(int argc, char** argv) {
   request.set_worker_id(worker_id);
   request.set_timeout_ms(register_timeout_ms);
 
-  // The coordinator may start after us (compose, Kubernetes): retry while it
-  // is unreachable, with backoff, within the register timeout.
-  const auto register_deadline = std::chrono::steady_clock::now() +
-                                 std::chrono::milliseconds(register_timeout_ms);
-  absl::StatusOr<ccl::v1::RegisterResponse> registered;
-  std::chrono::milliseconds backoff(100);
-  while (true) {
-    registered = coordinator_client->Register(request);
-    if (registered.ok() ||
-        registered.status().code() != absl::StatusCode::kUnavailable ||
-        std::chrono::steady_clock::now() + backoff > register_deadline) {
-      break;
+  ccl::WorldAgentOptions agent_options;
+  agent_options.registration = request;
+  agent_options.coordinator = coordinator;
+  agent_options.register_timeout =
+      std::chrono::milliseconds(register_timeout_ms);
+  agent_options.on_state = [&](const std::string& state) {
+    service.set_state(state);
+    metrics.SetState(state);
+    // Ready only while the world communicator is usable: a re-forming
+    // world is NOT_SERVING again until its new generation is built.
+    if (state == "ready") {
+      ccl::SetLogRank((*core)->rank(), (*core)->generation());
+      metrics.SetMembership((*core)->rank(), (*core)->world_size(),
+                            (*core)->generation());
     }
-    spdlog::warn("ccworker: coordinator {} unreachable ({}); retrying",
-                 coordinator, std::string(registered.status().message()));
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-  }
-  if (!registered.ok()) {
-    spdlog::error("ccworker: register with {} failed: {}", coordinator,
-                  registered.status().ToString());
+    health.SetReady(state == "ready");
+  };
+  agent_options.on_heartbeat = [&metrics] { metrics.HeartbeatSucceeded(); };
+  ccl::WorldAgent agent(**core, *coordinator_client, agent_options);
+  // The coordinator may start after us (compose, Kubernetes): Join retries
+  // while it is unreachable, within the register timeout.
+  if (absl::Status joined = agent.Join(); !joined.ok()) {
+    spdlog::error("ccworker: joining the world through {} failed: {}",
+                  coordinator, joined.ToString());
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(1));
     return 1;
   }
-  const int my_rank = registered->rank();
-  const int64_t generation = registered->generation();
-  const int world_size = registered->world().world_size();
-  spdlog::info("ccworker: rank {} of {} in generation {}", my_rank, world_size,
-               generation);
-
-  ccl::CoordinatorKvStore store(*coordinator_client, generation);
-  absl::Status formed =
-      (*core)->FormWorld(my_rank, world_size, generation, store);
-  if (!formed.ok()) {
-    spdlog::error("ccworker: building the world communicator failed: {}",
-                  formed.ToString());
-    server->Shutdown(std::chrono::system_clock::now() +
-                     std::chrono::seconds(1));
-    return 1;
-  }
-  service.set_state("ready");
+  const int my_rank = (*core)->rank();
   ready = true;
-  ccl::SetLogRank(my_rank, generation);
-  metrics.SetMembership(my_rank, world_size, generation);
-  metrics.SetState("ready");
-  health.SetReady(true);
   std::printf("ccworker rank %d of %d ready (generation %lld, backend %s)\n",
-              my_rank, world_size, static_cast<long long>(generation),
+              my_rank, (*core)->world_size(),
+              static_cast<long long>((*core)->generation()),
               (*core)->backend().c_str());
   std::fflush(stdout);
 
-  const auto heartbeat_interval = std::chrono::milliseconds(
-      std::max<int64_t>(100, registered->world().heartbeat_interval_ms() > 0
-                                 ? registered->world().heartbeat_interval_ms()
-                                 : 1000));
-  while (!stop.WaitFor(heartbeat_interval)) {
-    ccl::v1::HeartbeatRequest beat;
-    beat.set_rank(my_rank);
-    beat.set_generation(generation);
-    beat.set_worker_id(worker_id);
-    beat.set_tensor_count(static_cast<int64_t>((*core)->List().size()));
-    beat.set_tensor_bytes((*core)->BytesInUse());
-    auto reply = coordinator_client->Heartbeat(beat);
-    if (!reply.ok()) {
-      spdlog::warn("ccworker: heartbeat failed: {}", reply.status().ToString());
-    } else {
-      metrics.HeartbeatSucceeded();
-    }
-  }
+  std::thread stopper([&] {
+    stop.Wait();
+    agent.Stop();
+  });
+  agent.Run();
+  stopper.join();
 
   service.set_state("draining");
   // Probes and load balancers see NOT_SERVING first; then the grace period.
@@ -364,11 +340,7 @@ int main(int argc, char** argv) {
     spdlog::info("ccworker: draining for {} ms", drain_ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(drain_ms));
   }
-  ccl::v1::DeregisterRequest leave;
-  leave.set_rank(my_rank);
-  leave.set_generation(generation);
-  leave.set_worker_id(worker_id);
-  absl::Status left = coordinator_client->Deregister(leave);
+  absl::Status left = agent.Leave();
   if (!left.ok()) spdlog::warn("ccworker: deregister: {}", left.ToString());
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   (*core)->Shutdown();

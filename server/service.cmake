@@ -1,7 +1,8 @@
 # The worker's gRPC adapter and the ccworker binary.
 add_library(ccl_worker_service STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/worker_service.cc
-  ${CMAKE_CURRENT_SOURCE_DIR}/coordinator_kv_store.cc)
+  ${CMAKE_CURRENT_SOURCE_DIR}/coordinator_kv_store.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/world_agent.cc)
 target_link_libraries(ccl_worker_service PUBLIC ccl_worker_core ccl_common_grpc
   ccl_client)
 ccl_target_defaults(ccl_worker_service)

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -725,6 +726,52 @@ class GroupTask final : public Work, public ExecutorTask {
 
 // ---------------------------------------------------------------------------
 
+// When an op of a group times out or loses a peer, each rank that got that
+// far leaves a mark in the generation's KV store and looks for the others'
+// marks for a moment: the ranks without one never reached the op (dead,
+// stopped, or still behind on an earlier one), which is what a person
+// debugging a hang wants named. Costs nothing until an op fails.
+Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
+                                 std::vector<int> world_ranks) {
+  if (kv == nullptr) return nullptr;
+  return [kv, group = std::move(group), group_rank,
+          world_ranks = std::move(world_ranks)](int64_t seq) -> std::string {
+    constexpr auto kWindow = std::chrono::seconds(1);
+    constexpr size_t kMaxChecked = 64;
+    const std::string base = absl::StrCat("reached/", group, "/", seq, "/");
+    if (!kv->Set(absl::StrCat(base, group_rank), "1").ok()) return "";
+    std::vector<std::string> others;
+    for (size_t r = 0; r < world_ranks.size() && others.size() < kMaxChecked;
+         ++r) {
+      if (static_cast<int>(r) != group_rank) {
+        others.push_back(absl::StrCat(base, r));
+      }
+    }
+    if (others.empty()) return "";
+    if (kv->Wait(others, kWindow).ok()) {
+      return absl::StrCat("every rank of group ", group, " reached seq ", seq,
+                          " and failed there");
+    }
+    std::vector<std::string> missing;
+    for (size_t r = 0; r < world_ranks.size() && r < kMaxChecked + 1; ++r) {
+      if (static_cast<int>(r) == group_rank) continue;
+      if (kv->Get(absl::StrCat(base, r), std::chrono::milliseconds(1)).ok()) {
+        continue;
+      }
+      missing.push_back(
+          group == kWorldGroup
+              ? absl::StrCat(r)
+              : absl::StrCat(r, " (world rank ", world_ranks[r], ")"));
+    }
+    if (missing.empty()) return "";
+    return absl::StrCat(
+        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+        " of group ", group, " never reached seq ", seq,
+        " (no report within 1 s of this rank's failure: dead, stopped, or "
+        "still on an earlier op; `ccctl debug ops` shows where each rank is)");
+  };
+}
+
 class WorkerCoreImpl final : public WorkerCore {
  public:
   explicit WorkerCoreImpl(WorkerConfig config)
@@ -743,6 +790,22 @@ class WorkerCoreImpl final : public WorkerCore {
       if (shutdown_) {
         return absl::FailedPreconditionError("the worker is shut down");
       }
+    }
+    {
+      // The communicators of the generation being replaced go first: a NCCL
+      // kernel still waiting for a dead peer would hold the device, and
+      // their ranks are about to join the new one instead.
+      std::vector<std::shared_ptr<Executor>> previous;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (world_) previous.push_back(world_);
+        for (auto& [name, group] : groups_) {
+          if (group.executor) previous.push_back(group.executor);
+        }
+      }
+      const absl::Status replaced = absl::AbortedError(
+          absl::StrCat("the world is re-forming into generation ", generation));
+      for (auto& executor : previous) executor->communicator().Abort(replaced);
     }
     const std::string prefix =
         absl::StrCat("gen", generation, "/", kWorldGroup);
@@ -763,8 +826,11 @@ class WorkerCoreImpl final : public WorkerCore {
       if (!gloo.ok()) return gloo.status();
       comm = std::shared_ptr<Communicator>(*std::move(gloo));
     }
+    std::vector<int> world_ranks(static_cast<size_t>(world_size));
+    std::iota(world_ranks.begin(), world_ranks.end(), 0);
     auto executor = std::make_shared<Executor>(
-        kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout);
+        kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout,
+        ArrivalCheck(&store, kWorldGroup, rank, std::move(world_ranks)));
     std::shared_ptr<Executor> old;
     std::map<std::string, GroupEntry> old_groups;
     {
@@ -783,11 +849,30 @@ class WorkerCoreImpl final : public WorkerCore {
     }
     const absl::Status replaced = absl::AbortedError(absl::StrCat(
         "generation ", generation, " replaced the world before the op ran"));
-    // Subgroups first: their communicators may be children of the world's.
-    for (auto& [name, group] : old_groups) {
-      if (group.executor) group.executor->Stop(replaced);
-    }
-    if (old) old->Stop(replaced);
+    // Stopping joins the old executors' threads, and a Gloo op inside its
+    // transport ends only at its timeout: that wait must not hold up the
+    // caller (the worker's membership loop), so it happens on the side.
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(reapers_, [](Reaper& reaper) {
+      if (!reaper.done->load()) return false;
+      reaper.thread.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    reapers_.push_back(
+        {std::thread([old = std::move(old), old_groups = std::move(old_groups),
+                      replaced, done]() mutable {
+           // Subgroups first: their communicators may be children of the
+           // world's.
+           for (auto& [name, group] : old_groups) {
+             if (group.executor) group.executor->Stop(replaced);
+           }
+           if (old) old->Stop(replaced);
+           old_groups.clear();
+           old.reset();
+           done->store(true);
+         }),
+         done});
     return absl::OkStatus();
   }
 
@@ -1047,8 +1132,8 @@ class WorkerCoreImpl final : public WorkerCore {
       if (!gloo.ok()) return gloo.status();
       return std::shared_ptr<Communicator>(*std::move(gloo));
     };
-    auto done = [this, name, position,
-                 generation](absl::StatusOr<std::shared_ptr<Communicator>> comm)
+    auto done = [this, name, position, generation,
+                 kv](absl::StatusOr<std::shared_ptr<Communicator>> comm)
         -> absl::Status {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = groups_.find(name);
@@ -1064,7 +1149,8 @@ class WorkerCoreImpl final : public WorkerCore {
       entry.creating = false;
       if (*comm) {
         entry.executor = std::make_shared<Executor>(
-            name, position, *std::move(comm), config_.seq_gap_timeout);
+            name, position, *std::move(comm), config_.seq_gap_timeout,
+            ArrivalCheck(kv, name, position, entry.ranks));
       }
       return absl::OkStatus();
     };
@@ -1127,7 +1213,29 @@ class WorkerCoreImpl final : public WorkerCore {
       if (group.executor) group.executor->Stop(reason);
     }
     if (world) world->Stop(reason);
+    std::vector<Reaper> reapers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reapers.swap(reapers_);
+    }
+    for (auto& reaper : reapers) reaper.thread.join();
     store_.Clear();
+  }
+
+  absl::Status CommunicatorHealth() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!world_) return absl::FailedPreconditionError("no world yet");
+    if (absl::Status s = world_->communicator().Health(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("group world: ", s.message()));
+    }
+    for (const auto& [name, group] : groups_) {
+      if (!group.executor) continue;
+      if (absl::Status s = group.executor->communicator().Health(); !s.ok()) {
+        return absl::Status(s.code(),
+                            absl::StrCat("group ", name, ": ", s.message()));
+      }
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -1434,6 +1542,12 @@ class WorkerCoreImpl final : public WorkerCore {
     std::shared_ptr<Executor> executor;  // members, once created
   };
   std::map<std::string, GroupEntry> groups_;
+  // Stop the executors of replaced generations (see FormWorld).
+  struct Reaper {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Reaper> reapers_;
 
   std::atomic<int64_t> next_work_id_{1};
   std::mutex works_mutex_;

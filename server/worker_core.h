@@ -216,6 +216,11 @@ class WorkerCore {
       const std::string& name, std::vector<int> ranks, int64_t world_seq,
       std::chrono::milliseconds timeout) = 0;
 
+  // OK while the world's and every subgroup's communicator are usable; the
+  // first broken one's reason otherwise (the worker then asks for a new
+  // generation). FAILED_PRECONDITION before the first FormWorld.
+  virtual absl::Status CommunicatorHealth() const = 0;
+
   // Every group this worker knows, the world first.
   virtual std::vector<GroupInfo> Groups() const = 0;
 

@@ -8,7 +8,8 @@
 namespace ccl {
 namespace {
 
-constexpr const char* kStates[] = {"joining", "ready", "draining"};
+constexpr const char* kStates[] = {"joining", "ready", "re-forming",
+                                   "draining"};
 
 void MustDeclare(MetricsRegistry& registry, const std::string& name,
                  MetricsRegistry::Type type, const std::string& help,
@@ -44,7 +45,8 @@ WorkerMetrics::WorkerMetrics(std::string backend)
   MustDeclare(registry_, "ccl_tensor_bytes_held", Type::kGauge,
               "Bytes of the tensors this worker holds.");
   MustDeclare(registry_, "ccl_worker_state", Type::kGauge,
-              "1 for the worker's current state (joining, ready, draining).");
+              "1 for the worker's current state (joining, ready, re-forming, "
+              "draining).");
   MustDeclare(registry_, "ccl_communicator_state", Type::kGauge,
               "1 for each communicator (group) this worker is a member of, "
               "labelled with its backend and state.");

@@ -27,7 +27,7 @@ class WorkerMetrics {
   // Gauges of `core` are read on each scrape from then on; `core` must
   // outlive the metrics endpoint.
   void Watch(const WorkerCore* core);
-  // "joining", "ready" or "draining".
+  // "joining", "ready", "re-forming" or "draining".
   void SetState(const std::string& state);
   void SetMembership(int rank, int world_size, int64_t generation);
   void HeartbeatSucceeded();

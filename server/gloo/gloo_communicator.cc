@@ -335,6 +335,11 @@ absl::Status GlooCommunicator::Health() const {
   return broken_;
 }
 
+void GlooCommunicator::Abort(const absl::Status& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (broken_.ok()) broken_ = why;
+}
+
 std::byte* GlooCommunicator::Scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
     scratch_.reset();

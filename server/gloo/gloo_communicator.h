@@ -40,6 +40,7 @@ class GlooCommunicator final : public Communicator {
   absl::Status Supports(OpKind kind, DType dtype,
                         ReduceOp reduce_op) const override;
   absl::Status Health() const override;
+  void Abort(const absl::Status& why) override;
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(const BoundOp& op) override;
 
  private:

@@ -47,6 +47,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status Supports(OpKind kind, DType dtype,
                         ReduceOp reduce_op) const override;
   absl::Status Health() const override;
+  void Abort(const absl::Status& why) override { AbortComm(why); }
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(const BoundOp& op) override;
 
   // For handles: the communicator's async error (ncclInProgress counts as

@@ -333,6 +333,88 @@ TEST_F(CoordinatorCoreTest, LostRankCanBeTakenByAReplacement) {
   EXPECT_EQ(b->Get()->generation, 2);
 }
 
+TEST_F(CoordinatorCoreTest, ABrokenRankAsksForANewGenerationOfAWholeWorld) {
+  Make(2);
+  FormWorld(2);
+  HeartbeatRequest broken{1, 1, "w1", 0, 0, "gloo all_reduce seq 3 timed out"};
+  auto reply = core_->Heartbeat(broken);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->generation, 2);
+  // The other rank learns it from its next heartbeat and re-registers into
+  // the new generation at once, keeping its rank.
+  EXPECT_EQ(Heartbeat(0, 1, "w0").code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto again = Register("w0")->Get();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->rank, 0);
+  EXPECT_EQ(again->generation, 2);
+  // A second request for the same (now old) generation bumps nothing.
+  EXPECT_EQ(core_->Heartbeat(broken).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->GetWorld().generation, 2);
+}
+
+TEST_F(CoordinatorCoreTest, ADegradedWorldWaitsForTheMissingRankToReForm) {
+  Make(2);
+  FormWorld(2);
+  clock_.Advance(milliseconds(11000));
+  ASSERT_TRUE(Heartbeat(0, 1, "w0").ok());
+  core_->SweepLiveness();  // w1 is lost
+  auto reply = core_->Heartbeat({0, 1, "w0", 0, 0, "peer vanished"});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->generation, 1);
+  EXPECT_EQ(reply->world_state, WorldState::kDegraded);
+}
+
+TEST_F(CoordinatorCoreTest,
+       ARestartedCoordinatorAdoptsTheGenerationEveryRankResumes) {
+  Make(2);
+  std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
+  for (int i = 0; i < 2; ++i) {
+    RegisterRequest request;
+    request.address = "10.0.0.1:600" + std::to_string(i);
+    request.worker_id = "w" + std::to_string(i);
+    request.requested_rank = i;
+    request.resume_generation = 7;
+    request.resume_next_seq = {{"world", 40 + i}, {"pair", 3}};
+    auto result = std::make_unique<Result<RegisterResult>>();
+    core_->Register(core_->NewWaitId(), std::move(request), result->callback());
+    pending.push_back(std::move(result));
+  }
+  for (auto& p : pending) {
+    auto r = p->Get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->generation, 7);
+  }
+  // Sequence numbers continue after the highest any rank ran.
+  auto world_seq = core_->ReserveSequence(7, "world", 1);
+  ASSERT_TRUE(world_seq.ok()) << world_seq.status();
+  EXPECT_EQ(world_seq->second, 41);
+  EXPECT_EQ(core_->ReserveSequence(0, "pair", 2)->second, 3);
+  EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
+}
+
+TEST_F(CoordinatorCoreTest, RanksResumingDifferentGenerationsGetANewerOne) {
+  Make(2);
+  std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
+  for (int i = 0; i < 2; ++i) {
+    RegisterRequest request;
+    request.address = "10.0.0.1:600" + std::to_string(i);
+    request.worker_id = "w" + std::to_string(i);
+    request.resume_generation = i == 0 ? 4 : 0;  // rank 1 is a new process
+    auto result = std::make_unique<Result<RegisterResult>>();
+    core_->Register(core_->NewWaitId(), std::move(request), result->callback());
+    pending.push_back(std::move(result));
+  }
+  for (auto& p : pending) EXPECT_EQ(p->Get()->generation, 5);
+  RegisterRequest bad;
+  bad.address = "10.0.0.1:1";
+  bad.resume_generation = -1;
+  Result<RegisterResult> rejected;
+  core_->Register(core_->NewWaitId(), bad, rejected.callback());
+  EXPECT_EQ(rejected.Get().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CoordinatorCoreTest, HeartbeatFromStrangersIsNotFound) {
   Make(2);
   FormWorld(2);
