@@ -11,12 +11,16 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "common/grpc_health.h"
+#include "common/logging.h"
+#include "common/metrics_http.h"
 #include "coordinator/coordinator_core.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -51,8 +55,6 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  spdlog::set_default_logger(spdlog::stderr_color_mt("cccoord"));
-
   CLI::App app{"cccoord: the ccl coordinator (membership, rendezvous, KV)"};
   int world_size = 0;
   std::string listen = "127.0.0.1:29400";
@@ -62,11 +64,17 @@ int main(int argc, char** argv) {
   int64_t register_timeout_ms = 300000;
   int64_t max_value_bytes = 1 << 20;
   std::string elastic = "none";
+  std::string log_level = "info";
+  std::string log_format = "text";
+  int metrics_port = 0;
+  std::string metrics_address = "127.0.0.1";
+  int64_t drain_ms = 0;
   auto* world_opt = app.add_option(
       "--world-size", world_size,
       "Number of ranks (fallback: $CCL_WORLD_SIZE, then $WORLD_SIZE)");
   app.add_option("--listen", listen, "host:port to serve on (port 0: any)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->envname("CCL_COORDINATOR_LISTEN");
   app.add_option("--port-file", port_file,
                  "Write the bound port here once serving");
   app.add_option("--heartbeat-interval-ms", heartbeat_interval_ms,
@@ -87,8 +95,33 @@ int main(int argc, char** argv) {
                  "goes on without it at a new generation, survivors "
                  "renumbered in order")
       ->check(CLI::IsMember({"none", "shrink"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->envname("CCL_ELASTIC");
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info, warn, error, critical, off")
+      ->capture_default_str()
+      ->envname("CCL_LOG_LEVEL");
+  app.add_option("--log-format", log_format, "text or json (JSON lines)")
+      ->capture_default_str()
+      ->envname("CCL_LOG_FORMAT");
+  app.add_option("--metrics-port", metrics_port,
+                 "serve Prometheus text on http://ADDRESS:PORT/metrics; 0: off")
+      ->capture_default_str()
+      ->envname("CCL_METRICS_PORT");
+  app.add_option("--metrics-address", metrics_address,
+                 "address the metrics endpoint binds to")
+      ->capture_default_str()
+      ->envname("CCL_METRICS_ADDRESS");
+  app.add_option("--drain-ms", drain_ms,
+                 "on SIGTERM, report NOT_SERVING this long before stopping")
+      ->capture_default_str()
+      ->envname("CCL_DRAIN_MS");
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = ccl::SetupLogging(log_level, log_format, "cccoord");
+      !s.ok()) {
+    std::cerr << "cccoord: " << s.message() << "\n";
+    return kUsageError;
+  }
 
   if (world_opt->count() == 0) {
     for (const char* name : {"CCL_WORLD_SIZE", "WORLD_SIZE"}) {
@@ -127,16 +160,33 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   ccl::coordinator::CoordinatorService service(**core);
+  ccl::MetricsRegistry metrics;
+  ccl::coordinator::RegisterCoordinatorMetrics(metrics, **core);
+  std::unique_ptr<ccl::MetricsHttpServer> metrics_server;
+  if (metrics_port > 0) {
+    auto started =
+        ccl::MetricsHttpServer::Start(metrics_address, metrics_port, &metrics);
+    if (!started.ok()) {
+      std::cerr << "cccoord: " << started.status().message() << "\n";
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    std::cout << "cccoord metrics on http://" << metrics_address << ":"
+              << metrics_server->port() << "/metrics" << std::endl;
+  }
 
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  ccl::EnableHealthAndReflection();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::cerr << "cccoord: cannot listen on " << listen << "\n";
     return 1;
   }
+  ccl::ServingHealth health(*server, "ccl.v1.Coordinator");
+  health.SetReady(true);
   std::cout << "cccoord listening on " << HostOf(listen) << ":" << port
             << std::endl;
   spdlog::info("serving world of size {} on {}:{}", world_size, HostOf(listen),
@@ -150,11 +200,17 @@ int main(int argc, char** argv) {
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   spdlog::info("signal {}: shutting down", signal_number);
+  // Probes see NOT_SERVING for the grace period before the port closes.
+  health.SetReady(false);
+  if (drain_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(drain_ms));
+  }
   // Parked calls would otherwise hold Shutdown until their own deadlines.
   (*core)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(500));
   server->Wait();
+  if (metrics_server) metrics_server->Stop();
   spdlog::info("stopped");
   return 0;
 }

@@ -9,6 +9,8 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
   python3 python3-yaml
+  # Offline checks of deploy/ and docker/, and promtool for the metrics test.
+  docker-compose prometheus shellcheck
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-matplotlib)
@@ -18,6 +20,9 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Debian's kubectl is in kubernetes-client; any kubectl already installed
+# (it would conflict on /usr/bin/kubectl) does as well.
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
 if ((${#missing[@]} == 0)); then
   exit 0
 fi

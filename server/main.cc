@@ -18,8 +18,13 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
+#include "common/grpc_health.h"
+#include "common/hostname_rank.h"
+#include "common/logging.h"
+#include "common/metrics_http.h"
 #include "common/types.h"
 #include "server/worker_core.h"
+#include "server/worker_metrics.h"
 #include "server/worker_service.h"
 #include "server/world_agent.h"
 #include "spdlog/spdlog.h"
@@ -103,6 +108,11 @@ int main(int argc, char** argv) {
   int64_t seq_gap_timeout_ms = 30000;
   int64_t register_timeout_ms = 300000;
   std::string log_level = "info";
+  std::string log_format = "text";
+  int metrics_port = 0;
+  std::string metrics_address = "127.0.0.1";
+  int64_t drain_ms = 0;
+  bool rank_from_hostname = false;
   app.add_option("--coordinator", coordinator,
                  "coordinator HOST:PORT (env CCL_COORDINATOR, or "
                  "MASTER_ADDR:MASTER_PORT)")
@@ -114,10 +124,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--advertise-host", advertise_host,
                  "host other processes use to reach this worker (default: the "
-                 "listen host)");
+                 "listen host)")
+      ->envname("CCL_ADVERTISE_HOST");
   app.add_option("--data-host", data_host,
                  "address the data plane (Gloo TCP) binds to (default: the "
-                 "advertised host)");
+                 "advertised host)")
+      ->envname("CCL_DATA_HOST");
   app.add_option("--port-file", port_file,
                  "write the bound port here once serving");
   app.add_option("--rank", rank,
@@ -136,9 +148,43 @@ int main(int argc, char** argv) {
                  "how long to wait for the world to form")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->envname("CCL_LOG_LEVEL");
+  app.add_option("--log-format", log_format, "text or json (JSON lines)")
+      ->capture_default_str()
+      ->envname("CCL_LOG_FORMAT");
+  app.add_option("--metrics-port", metrics_port,
+                 "serve Prometheus text on http://ADDRESS:PORT/metrics; 0: off")
+      ->capture_default_str()
+      ->envname("CCL_METRICS_PORT");
+  app.add_option("--metrics-address", metrics_address,
+                 "address the metrics endpoint binds to")
+      ->capture_default_str()
+      ->envname("CCL_METRICS_ADDRESS");
+  app.add_option("--drain-ms", drain_ms,
+                 "on SIGTERM, report NOT_SERVING this long before leaving")
+      ->capture_default_str()
+      ->envname("CCL_DRAIN_MS");
+  app.add_flag("--rank-from-hostname", rank_from_hostname,
+               "request the rank a StatefulSet pod name ends in (name-N)")
+      ->envname("CCL_RANK_FROM_HOSTNAME");
   CLI11_PARSE(app, argc, argv);
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (absl::Status s = ccl::SetupLogging(log_level, log_format, "ccworker");
+      !s.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (rank_from_hostname) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    auto from_name = ccl::RankFromHostname(name);
+    if (!from_name.ok()) {
+      std::fprintf(stderr, "ccworker: --rank-from-hostname: %s\n",
+                   std::string(from_name.status().message()).c_str());
+      return 2;
+    }
+    rank = *from_name;
+  }
 
   auto device = ccl::ParseDevice(device_name);
   if (!device.ok()) {
@@ -181,10 +227,29 @@ int main(int argc, char** argv) {
   config.default_op_timeout = std::chrono::milliseconds(op_timeout_ms);
   config.seq_gap_timeout = std::chrono::milliseconds(seq_gap_timeout_ms);
   config.data_host = data_host;
+  ccl::WorkerMetrics metrics(device->kind == ccl::DeviceKind::kCuda ? "nccl"
+                                                                    : "gloo");
+  config.on_op_done = [&metrics](const ccl::OpRecord& record) {
+    metrics.OnOpDone(record);
+  };
   auto core = ccl::WorkerCore::Create(config);
   if (!core.ok()) {
     spdlog::error("ccworker: {}", std::string(core.status().message()));
     return 1;
+  }
+
+  metrics.Watch(core->get());
+  std::unique_ptr<ccl::MetricsHttpServer> metrics_server;
+  if (metrics_port > 0) {
+    auto started = ccl::MetricsHttpServer::Start(metrics_address, metrics_port,
+                                                 &metrics.registry());
+    if (!started.ok()) {
+      spdlog::error("ccworker: {}", started.status().ToString());
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    std::printf("ccworker metrics on http://%s:%d/metrics\n",
+                metrics_address.c_str(), metrics_server->port());
   }
 
   const std::string worker_id = RandomWorkerId();
@@ -196,11 +261,13 @@ int main(int argc, char** argv) {
   // Tensor writes stream in chunks well under this.
   builder.SetMaxReceiveMessageSize(16 << 20);
   builder.RegisterService(&service);
+  ccl::EnableHealthAndReflection();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     spdlog::error("ccworker: cannot listen on {}", listen);
     return 1;
   }
+  ccl::ServingHealth health(*server, "ccl.v1.Worker");
   const std::string address = absl::StrCat(advertise_host, ":", bound_port);
   service.set_address(address);
   std::printf("ccworker listening on %s\n", address.c_str());
@@ -227,9 +294,19 @@ int main(int argc, char** argv) {
   agent_options.coordinator = coordinator;
   agent_options.register_timeout =
       std::chrono::milliseconds(register_timeout_ms);
-  agent_options.on_state = [&service](const std::string& state) {
+  agent_options.on_state = [&](const std::string& state) {
     service.set_state(state);
+    metrics.SetState(state);
+    // Ready only while the world communicator is usable: a re-forming
+    // world is NOT_SERVING again until its new generation is built.
+    if (state == "ready") {
+      ccl::SetLogRank((*core)->rank(), (*core)->generation());
+      metrics.SetMembership((*core)->rank(), (*core)->world_size(),
+                            (*core)->generation());
+    }
+    health.SetReady(state == "ready");
   };
+  agent_options.on_heartbeat = [&metrics] { metrics.HeartbeatSucceeded(); };
   ccl::WorldAgent agent(**core, *coordinator_client, agent_options);
   // The coordinator may start after us (compose, Kubernetes): Join retries
   // while it is unreachable, within the register timeout.
@@ -256,11 +333,19 @@ int main(int argc, char** argv) {
   stopper.join();
 
   service.set_state("draining");
+  // Probes and load balancers see NOT_SERVING first; then the grace period.
+  health.SetReady(false);
+  metrics.SetState("draining");
+  if (drain_ms > 0) {
+    spdlog::info("ccworker: draining for {} ms", drain_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(drain_ms));
+  }
   absl::Status left = agent.Leave();
   if (!left.ok()) spdlog::warn("ccworker: deregister: {}", left.ToString());
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   (*core)->Shutdown();
   server->Wait();
+  if (metrics_server) metrics_server->Stop();
   spdlog::info("ccworker: rank {} stopped", my_rank);
   return 0;
 }

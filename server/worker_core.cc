@@ -940,6 +940,11 @@ class WorkerCoreImpl final : public WorkerCore {
     }
     Record(FlightEntry{normalized, work, absl::OkStatus()});
     Remember(work);
+    if (config_.on_op_done) {
+      // The work runs its own callback, so the raw pointer is alive then.
+      OpWork* done = work.get();
+      work->OnDone([this, done] { config_.on_op_done(ToRecord(*done)); });
+    }
     return std::shared_ptr<Work>(work);
   }
 
@@ -949,7 +954,26 @@ class WorkerCoreImpl final : public WorkerCore {
                       absl::Status reason) {
     (void)executor.Enqueue(std::make_shared<RefusedTask>(spec.seq, reason));
     Record(FlightEntry{spec, nullptr, reason});
+    if (config_.on_op_done) {
+      OpRecord record;
+      record.spec = spec;
+      record.state = WorkState::kFailed;
+      record.status = reason;
+      config_.on_op_done(record);
+    }
     return reason;
+  }
+
+  static OpRecord ToRecord(const OpWork& work) {
+    OpRecord record;
+    record.spec = work.spec();
+    record.dtype = work.bound().dtype;
+    record.count = work.bound().count;
+    record.work_id = work.id();
+    record.state = work.state();
+    record.status = work.status();
+    record.timing = work.timing();
+    return record;
   }
 
   absl::StatusOr<std::pair<int64_t, std::vector<OpRecord>>> OpLog(

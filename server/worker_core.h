@@ -148,6 +148,9 @@ struct WorkerConfig {
   std::chrono::milliseconds seq_gap_timeout{std::chrono::seconds(30)};
   // Address Gloo's TCP transport binds to.
   std::string data_host = "127.0.0.1";
+  // Called once per submitted op when it completes, fails or is refused, on
+  // the thread that finishes it (metrics and op logs); must not block.
+  std::function<void(const OpRecord&)> on_op_done;
 };
 
 class WorkerCore {

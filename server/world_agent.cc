@@ -174,6 +174,7 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
   }
   absl::StatusOr<v1::HeartbeatResponse> reply = coordinator_.Heartbeat(beat);
   if (reply.ok()) {
+    if (options_.on_heartbeat) options_.on_heartbeat();
     return reply->generation() == beat.generation() ? Beat::kOk : Beat::kRejoin;
   }
   switch (reply.status().code()) {

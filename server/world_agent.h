@@ -39,6 +39,8 @@ struct WorldAgentOptions {
   std::chrono::milliseconds register_timeout{300000};
   // "joining", "ready", "re-forming": what GetInfo reports.
   std::function<void(const std::string&)> on_state;
+  // After each heartbeat the coordinator accepted (metrics); must not block.
+  std::function<void()> on_heartbeat;
 };
 
 class WorldAgent {

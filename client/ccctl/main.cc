@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   AddOpCommands(app, globals, exit_code);
   AddGroupCommands(app, globals, exit_code);
   AddDebugCommands(app, globals, exit_code);
+  AddHealthCommand(app, globals, exit_code);
   AddBenchCommand(app, globals, exit_code);
   AddClusterCommands(app, globals, exit_code);
   AddRunCommand(app, globals, exit_code);
