@@ -4,6 +4,7 @@ add_library(ccl_worker_core STATIC
   ${CMAKE_CURRENT_LIST_DIR}/tensor_store.cc
   ${CMAKE_CURRENT_LIST_DIR}/fill.cc
   ${CMAKE_CURRENT_LIST_DIR}/executor.cc
+  ${CMAKE_CURRENT_LIST_DIR}/op_fingerprint.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_core.cc
   ${CMAKE_CURRENT_LIST_DIR}/gloo/gloo_store.cc
   ${CMAKE_CURRENT_LIST_DIR}/gloo/gloo_communicator.cc)

@@ -31,6 +31,7 @@
 #include "gloo/transport/unbound_buffer.h"
 #include "gloo/types.h"
 #include "server/gloo/gloo_store.h"
+#include "server/op_fingerprint.h"
 
 namespace ccl {
 namespace {
@@ -207,56 +208,6 @@ bool LooksLikeTimeout(const std::string& message) {
          absl::StrContains(message, "timed out") ||
          absl::StrContains(message, "Timeout") ||
          absl::StrContains(message, "timeout");
-}
-
-// What ranks compare before an op moves data. Gloo trusts the sizes it is
-// given: a peer sending more bytes than this rank posted fails an enforce in
-// Gloo's transport thread, which ends the process, and dtypes of one size
-// would silently mix. Fixed size, so the exchange itself cannot mismatch.
-struct Fingerprint {
-  int32_t rank;
-  int32_t kind;
-  int32_t dtype;
-  int32_t reduce_op;
-  int64_t count;
-  int32_t root;
-  int32_t peer;
-};
-static_assert(sizeof(Fingerprint) == 32);
-
-Fingerprint FingerprintOf(const BoundOp& op, int rank) {
-  const bool reduction = IsReduction(op.kind);
-  const bool rooted = HasRoot(op.kind);
-  return Fingerprint{rank,
-                     static_cast<int32_t>(op.kind),
-                     static_cast<int32_t>(op.dtype),
-                     reduction ? static_cast<int32_t>(op.reduce_op) : -1,
-                     op.count,
-                     rooted ? op.root : -1,
-                     op.peer};
-}
-
-std::string Describe(const Fingerprint& f) {
-  const auto kind = static_cast<OpKind>(f.kind);
-  std::string text =
-      absl::StrCat("rank ", f.rank, " runs ", std::string(OpKindName(kind)));
-  if (kind == OpKind::kBarrier || kind == OpKind::kNop) return text;
-  if (kind == OpKind::kSend) absl::StrAppend(&text, " to rank ", f.peer);
-  if (kind == OpKind::kRecv) absl::StrAppend(&text, " from rank ", f.peer);
-  absl::StrAppend(&text, " of ", f.count, " ",
-                  std::string(DTypeName(static_cast<DType>(f.dtype))));
-  if (f.reduce_op >= 0) {
-    absl::StrAppend(
-        &text, " (",
-        std::string(ReduceOpName(static_cast<ReduceOp>(f.reduce_op))), ")");
-  }
-  if (f.root >= 0) absl::StrAppend(&text, " with root ", f.root);
-  return text;
-}
-
-bool SameCollective(const Fingerprint& a, const Fingerprint& b) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
-         a.count == b.count && a.root == b.root;
 }
 
 // The agreement exchange of seq k must not share a slot with the op itself.
@@ -592,26 +543,16 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
 }
 
 absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {
-  std::vector<Fingerprint> all(static_cast<size_t>(size_));
-  Fingerprint mine = FingerprintOf(op, rank_);
+  std::vector<OpFingerprint> all(static_cast<size_t>(size_));
+  OpFingerprint mine = FingerprintOf(op, rank_);
   gloo::AllgatherOptions opts(context_);
   opts.setInput<uint8_t>(reinterpret_cast<uint8_t*>(&mine), sizeof(mine));
   opts.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(all.data()),
-                          all.size() * sizeof(Fingerprint));
+                          all.size() * sizeof(OpFingerprint));
   opts.setTag(AgreementTag(op.seq));
   opts.setTimeout(std::max(op.timeout, std::chrono::milliseconds(1)));
   gloo::allgather(opts);
-  std::vector<std::string> differing;
-  for (const Fingerprint& other : all) {
-    if (!SameCollective(other, all[0])) differing.push_back(Describe(other));
-  }
-  if (differing.empty()) return absl::OkStatus();
-  // Every rank sees the same fingerprints, so every rank fails alike.
-  return absl::InvalidArgumentError(absl::StrCat(
-      "ranks disagree on seq ", op.seq, ": ", Describe(all[0]), "; ",
-      absl::StrJoin(differing, "; "),
-      ". Nothing was sent; check the shapes and dtypes of the tensors on each "
-      "rank"));
+  return CompareCollective(op.seq, all);
 }
 
 absl::Status GlooCommunicator::SendRecv(const BoundOp& op) {
@@ -625,12 +566,12 @@ absl::Status GlooCommunicator::SendRecv(const BoundOp& op) {
   // Header from the sender, reply from the receiver: each learns the other's
   // view before data moves, and a lone send or recv times out on a few
   // bytes rather than with a buffer Gloo may still write into.
-  auto mine = std::make_unique<Fingerprint>(FingerprintOf(op, rank_));
-  auto theirs = std::make_unique<std::byte[]>(sizeof(Fingerprint));
+  auto mine = std::make_unique<OpFingerprint>(FingerprintOf(op, rank_));
+  auto theirs = std::make_unique<std::byte[]>(sizeof(OpFingerprint));
   auto mine_buffer =
-      context_->createUnboundBuffer(mine.get(), sizeof(Fingerprint));
+      context_->createUnboundBuffer(mine.get(), sizeof(OpFingerprint));
   auto theirs_buffer =
-      context_->createUnboundBuffer(theirs.get(), sizeof(Fingerprint));
+      context_->createUnboundBuffer(theirs.get(), sizeof(OpFingerprint));
   const uint64_t send_slot =
       sending ? P2PHeaderSlot(op.seq) : P2PReplySlot(op.seq);
   const uint64_t recv_slot =
@@ -657,16 +598,9 @@ absl::Status GlooCommunicator::SendRecv(const BoundOp& op) {
     return status;
   }
   mine_buffer->waitSend(timeout);
-  Fingerprint peer_view;
+  OpFingerprint peer_view;
   std::memcpy(&peer_view, theirs.get(), sizeof(peer_view));
-  const OpKind expected = sending ? OpKind::kRecv : OpKind::kSend;
-  if (static_cast<OpKind>(peer_view.kind) != expected ||
-      peer_view.peer != rank_ || peer_view.dtype != mine->dtype ||
-      peer_view.count != mine->count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "send and recv do not match at seq ", op.seq, ": ", Describe(*mine),
-        " but ", Describe(peer_view), ". Nothing was sent"));
-  }
+  CCL_RETURN_IF_ERROR(ComparePointToPoint(op.seq, *mine, peer_view));
   if (bytes == 0) return absl::OkStatus();
   auto data = context_->createUnboundBuffer(
       sending ? const_cast<void*>(op.input) : op.output, bytes);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
 #include "server/nccl/nccl_host.h"
+#include "server/op_fingerprint.h"
 
 namespace ccl {
 namespace {
@@ -319,6 +320,9 @@ NcclCommunicator::~NcclCommunicator() {
   cudaStreamDestroy(stream_);
   cudaFree(barrier_buf_);
   if (scratch_ != nullptr) cudaFree(scratch_);
+  if (agree_device_ != nullptr) cudaFree(agree_device_);
+  if (agree_host_ != nullptr) cudaFreeHost(agree_host_);
+  if (agree_done_ != nullptr) cudaEventDestroy(agree_done_);
 }
 
 void NcclCommunicator::DrainStream(std::chrono::milliseconds limit) {
@@ -568,6 +572,86 @@ absl::Status NcclCommunicator::Enqueue(const BoundOp& op, ncclDataType_t dtype,
   return absl::OkStatus();
 }
 
+absl::Status NcclCommunicator::Agree(const BoundOp& op,
+                                     Clock::time_point deadline) {
+  const bool p2p = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
+  const size_t slots = static_cast<size_t>(size_) + 1;
+  constexpr size_t kPrint = sizeof(OpFingerprint);
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (aborted_) {
+      return absl::FailedPreconditionError(
+          "the NCCL communicator was aborted by an earlier error");
+    }
+    if (agree_device_ == nullptr) {
+      CCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&agree_device_, slots * kPrint));
+      CCL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&agree_host_, slots * kPrint));
+      CCL_CUDA_RETURN_IF_ERROR(
+          cudaEventCreateWithFlags(&agree_done_, cudaEventDisableTiming));
+    }
+    auto* host = static_cast<OpFingerprint*>(agree_host_);
+    auto* device = static_cast<std::byte*>(agree_device_);
+    host[size_] = FingerprintOf(op, rank_);
+    std::byte* mine = device + size_ * kPrint;
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mine, &host[size_], kPrint,
+                                             cudaMemcpyHostToDevice, stream_));
+    absl::Status enqueued;
+    if (p2p) {
+      ncclResult_t r = ncclGroupStart();
+      if (r == ncclSuccess) {
+        r = ncclSend(mine, kPrint, ncclUint8, op.peer, comm_, stream_);
+      }
+      if (r == ncclSuccess || r == ncclInProgress) {
+        r = ncclRecv(device, kPrint, ncclUint8, op.peer, comm_, stream_);
+      }
+      enqueued = Settle(ncclGroupEnd(), "ncclGroupEnd (agreement)", deadline);
+      if (enqueued.ok() && r != ncclSuccess && r != ncclInProgress) {
+        enqueued =
+            nccl::NcclErrorStatus(r, "ncclSend/ncclRecv (agreement)", __FILE__,
+                                  __LINE__, ncclGetLastError(comm_));
+      }
+    } else {
+      enqueued =
+          Settle(ncclAllGather(mine, device, kPrint, ncclUint8, comm_, stream_),
+                 "ncclAllGather (agreement)", deadline);
+    }
+    if (!enqueued.ok()) return enqueued;
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, device,
+                                             (p2p ? 1 : size_) * kPrint,
+                                             cudaMemcpyDeviceToHost, stream_));
+    CCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(agree_done_, stream_));
+  }
+  // Waited for without the lock, so that an abort can interrupt it.
+  Backoff backoff;
+  while (true) {
+    const cudaError_t query = cudaEventQuery(agree_done_);
+    if (query == cudaSuccess) break;
+    if (query != cudaErrorNotReady) {
+      return nccl::CudaErrorStatus(query, "cudaEventQuery(agreement)", __FILE__,
+                                   __LINE__);
+    }
+    if (absl::Status async = AsyncError(); !async.ok()) return async;
+    if (Clock::now() >= deadline) {
+      const absl::Status why = absl::DeadlineExceededError(
+          p2p ? absl::StrCat("rank ", op.peer, " posted no matching ",
+                             op.kind == OpKind::kSend ? "recv" : "send",
+                             " within ", op.timeout.count(),
+                             " ms (it may have run a different op at this "
+                             "seq, or none); the NCCL communicator was aborted")
+              : absl::StrCat("not every rank reached seq ", op.seq, " within ",
+                             op.timeout.count(),
+                             " ms; the NCCL communicator was aborted"));
+      AbortComm(why);
+      return why;
+    }
+    backoff.Pause();
+  }
+  const auto* host = static_cast<const OpFingerprint*>(agree_host_);
+  if (p2p) return ComparePointToPoint(op.seq, host[size_], host[0]);
+  return CompareCollective(op.seq,
+                           std::vector<OpFingerprint>(host, host + size_));
+}
+
 absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
     const BoundOp& op) {
   if (absl::Status health = Health(); !health.ok()) {
@@ -584,6 +668,19 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
       absl::StrCat("nccl ", std::string(OpKindName(op.kind)), " seq ", op.seq,
                    " at rank ", rank_, "/", size_);
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const Clock::time_point deadline =
+      Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
+  if (op.agree_first && op.kind != OpKind::kNop &&
+      op.kind != OpKind::kBarrier) {
+    if (absl::Status agreed = Agree(op, deadline); !agreed.ok()) {
+      const absl::Status why(agreed.code(),
+                             absl::StrCat(what, ": ", agreed.message()));
+      // A mismatch leaves the communicator clean; anything else may have
+      // left the exchange half done on some rank.
+      if (!absl::IsInvalidArgument(agreed)) AbortComm(why);
+      return why;
+    }
+  }
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
   CCL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
@@ -591,8 +688,6 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
     cudaEventDestroy(start);
     return nccl::CudaErrorStatus(e, "cudaEventCreate", __FILE__, __LINE__);
   }
-  const Clock::time_point deadline =
-      Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
   absl::Status status;
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);

@@ -71,6 +71,15 @@ class NcclCommunicator final : public Communicator {
   absl::Status Settle(ncclResult_t result, const char* what,
                       std::chrono::steady_clock::time_point deadline);
   absl::StatusOr<void*> Scratch(size_t bytes);
+  // Ranks exchange op fingerprints (an all_gather of 32 bytes, or a
+  // send/recv pair for point to point) and compare them on the host before
+  // the op is enqueued: different collectives at one seq would otherwise
+  // hang inside NCCL, and mismatched sizes would corrupt memory.
+  // INVALID_ARGUMENT on a mismatch (nothing enqueued, the communicator
+  // stays usable); DEADLINE_EXCEEDED, with the communicator aborted, when a
+  // rank never arrives.
+  absl::Status Agree(const BoundOp& op,
+                     std::chrono::steady_clock::time_point deadline);
   // Waits (polling) up to `limit` for the stream's work to finish.
   void DrainStream(std::chrono::milliseconds limit);
 
@@ -82,6 +91,11 @@ class NcclCommunicator final : public Communicator {
   void* barrier_buf_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  // Agreement buffers, made on first use: size_ + 1 fingerprints each
+  // (everyone's, then this rank's own as the source).
+  void* agree_device_ = nullptr;
+  void* agree_host_ = nullptr;  // pinned
+  cudaEvent_t agree_done_ = nullptr;
 
   // Serialises NCCL calls on comm_ with its abort.
   std::mutex comm_mutex_;

@@ -49,10 +49,17 @@ v1::AllocTensorRequest Float32(const std::string& name, int64_t numel,
   request.mutable_spec()->set_name(name);
   request.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
   request.mutable_spec()->add_shape(numel);
-  request.mutable_spec()->mutable_device()->set_kind(
-      kCuda ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU);
   request.mutable_fill()->set_kind(fill);
   return request;
+}
+
+// On the worker's own device (cuda:i for worker i on the GPU machine).
+absl::StatusOr<v1::TensorInfo> AllocOnDevice(ClusterClient& client, int rank,
+                                             v1::AllocTensorRequest request) {
+  auto info = client.Info(rank);
+  if (!info.ok()) return info.status();
+  *request.mutable_spec()->mutable_device() = info->device();
+  return client.Alloc(rank, request);
 }
 
 v1::OpRequest AllReduce(const std::string& tensor, bool async = false) {
@@ -113,8 +120,9 @@ class FailureTest : public ::testing::Test {
     const int world = client->world_size();
     for (int r = 0; r < world; ++r) {
       (void)client->Free(r, name);
-      ASSERT_TRUE(
-          client->Alloc(r, Float32(name, n, v1::FILL_KIND_RANK_PLUS_ONE)).ok());
+      ASSERT_TRUE(AllocOnDevice(*client, r,
+                                Float32(name, n, v1::FILL_KIND_RANK_PLUS_ONE))
+                      .ok());
     }
     for (const auto& r : client->Collective(AllReduce(name))) {
       ASSERT_TRUE(r.result.ok())
@@ -133,10 +141,9 @@ class FailureTest : public ::testing::Test {
   void AllocKeep(int rank) {
     auto client = Client();
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(
-        client
-            ->Alloc(rank, Float32("keep", 4096, v1::FILL_KIND_ARANGE_PLUS_RANK))
-            .ok());
+    auto keep = AllocOnDevice(
+        *client, rank, Float32("keep", 4096, v1::FILL_KIND_ARANGE_PLUS_RANK));
+    ASSERT_TRUE(keep.ok()) << "rank " << rank << ": " << keep.status();
   }
   void ExpectKeep(int rank) {
     auto client = Client();
@@ -172,9 +179,9 @@ TEST_F(FailureTest, KillDuringLargeAllReduceRecoversEveryTime) {
     const int victim = rep % kWorkers;
     for (int r = 0; r < kWorkers; ++r) {
       (void)client->Free(r, "big");
-      ASSERT_TRUE(
-          client->Alloc(r, Float32("big", n, v1::FILL_KIND_RANK_PLUS_ONE))
-              .ok());
+      ASSERT_TRUE(AllocOnDevice(*client, r,
+                                Float32("big", n, v1::FILL_KIND_RANK_PLUS_ONE))
+                      .ok());
     }
     // CPU: every rank runs the op and the kill lands while bytes move.
     // GPU: a 1 GiB all_reduce lasts ~7 ms on NVLink, shorter than a kill
@@ -247,7 +254,8 @@ TEST_F(FailureTest, SigstopNamesTheStoppedRankAndTheWorldReforms) {
   const int64_t generation = client->world().generation();
   for (int r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(
-        client->Alloc(r, Float32("x", 1 << 16, v1::FILL_KIND_ONES)).ok());
+        AllocOnDevice(*client, r, Float32("x", 1 << 16, v1::FILL_KIND_ONES))
+            .ok());
   }
   ASSERT_TRUE(cluster_->worker(stopped).Signal(SIGSTOP).ok());
   const auto start = Clock::now();
@@ -293,7 +301,8 @@ TEST_F(FailureTest, LoneRecvFailsClearlyAndTheNextCollectiveWorks) {
   ASSERT_NE(client, nullptr);
   const int64_t generation = client->world().generation();
   for (int r = 0; r < kWorkers; ++r) AllocKeep(r);
-  ASSERT_TRUE(client->Alloc(1, Float32("t", 3, v1::FILL_KIND_ZEROS)).ok());
+  ASSERT_TRUE(
+      AllocOnDevice(*client, 1, Float32("t", 3, v1::FILL_KIND_ZEROS)).ok());
   v1::OpRequest recv;
   recv.set_kind(v1::OP_KIND_RECV);
   recv.set_input("t");
@@ -326,7 +335,8 @@ TEST_F(FailureTest, DifferentCollectivesAtTheSameSeqFailEverywhere) {
   const int64_t generation = client->world().generation();
   for (int r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(
-        client->Alloc(r, Float32("y", 64, v1::FILL_KIND_RANK_PLUS_ONE)).ok());
+        AllocOnDevice(*client, r, Float32("y", 64, v1::FILL_KIND_RANK_PLUS_ONE))
+            .ok());
   }
   auto seq = client->ReserveSeq(1);
   ASSERT_TRUE(seq.ok()) << seq.status();
@@ -401,7 +411,8 @@ TEST_F(FailureTest, ConcurrentClientsDuringAFailureNeverHang) {
       if (!mine.ok()) return;
       const std::string name = absl::StrCat("c", c);
       for (int r = 0; r < kWorkers; ++r) {
-        (void)(*mine)->Alloc(r, Float32(name, 1 << 14, v1::FILL_KIND_ONES));
+        (void)AllocOnDevice(**mine, r,
+                            Float32(name, 1 << 14, v1::FILL_KIND_ONES));
       }
       while (!stop) {
         const auto start = Clock::now();
