@@ -577,6 +577,19 @@ absl::Status NcclCommunicator::Agree(const BoundOp& op,
   const bool p2p = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
   const size_t slots = static_cast<size_t>(size_) + 1;
   constexpr size_t kPrint = sizeof(OpFingerprint);
+  // Whether the exchange stalls in its enqueue or on the device, the cause
+  // is the same: a peer that never joined it.
+  auto never_arrived = [&] {
+    return absl::DeadlineExceededError(
+        p2p ? absl::StrCat("rank ", op.peer, " posted no matching ",
+                           op.kind == OpKind::kSend ? "recv" : "send",
+                           " within ", op.timeout.count(),
+                           " ms (it may have run a different op at this "
+                           "seq, or none); the NCCL communicator was aborted")
+            : absl::StrCat("not every rank reached seq ", op.seq, " within ",
+                           op.timeout.count(),
+                           " ms; the NCCL communicator was aborted"));
+  };
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (aborted_) {
@@ -615,6 +628,7 @@ absl::Status NcclCommunicator::Agree(const BoundOp& op,
           Settle(ncclAllGather(mine, device, kPrint, ncclUint8, comm_, stream_),
                  "ncclAllGather (agreement)", deadline);
     }
+    if (absl::IsDeadlineExceeded(enqueued)) return never_arrived();
     if (!enqueued.ok()) return enqueued;
     CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, device,
                                              (p2p ? 1 : size_) * kPrint,
@@ -632,15 +646,7 @@ absl::Status NcclCommunicator::Agree(const BoundOp& op,
     }
     if (absl::Status async = AsyncError(); !async.ok()) return async;
     if (Clock::now() >= deadline) {
-      const absl::Status why = absl::DeadlineExceededError(
-          p2p ? absl::StrCat("rank ", op.peer, " posted no matching ",
-                             op.kind == OpKind::kSend ? "recv" : "send",
-                             " within ", op.timeout.count(),
-                             " ms (it may have run a different op at this "
-                             "seq, or none); the NCCL communicator was aborted")
-              : absl::StrCat("not every rank reached seq ", op.seq, " within ",
-                             op.timeout.count(),
-                             " ms; the NCCL communicator was aborted"));
+      absl::Status why = never_arrived();
       AbortComm(why);
       return why;
     }
