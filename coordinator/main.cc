@@ -14,6 +14,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "common/security_flags.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/coordinator_service.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-value-bytes", max_value_bytes,
                  "Largest KV value accepted")
       ->capture_default_str();
+  ccl::SecurityFlags security;
+  ccl::AddSecurityFlags(app, security, ccl::SecurityFlagSet::kCoordinator);
   CLI11_PARSE(app, argc, argv);
 
   if (world_opt->count() == 0) {
@@ -119,9 +122,24 @@ int main(int argc, char** argv) {
   }
   ccl::coordinator::CoordinatorService service(**core);
 
+  if (absl::Status s =
+          ccl::ResolveSecurityOptions(security.token_files, &security.options);
+      !s.ok()) {
+    std::cerr << "cccoord: " << s.message() << "\n";
+    return kUsageError;
+  }
+  auto credentials = ccl::MakeServerCredentials(security.options, listen);
+  if (!credentials.ok()) {
+    std::cerr << "cccoord: " << credentials.status().message() << "\n";
+    return kUsageError;
+  }
+  for (const std::string& warning : credentials->warnings) {
+    spdlog::warn("{}", warning);
+  }
+
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, credentials->credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

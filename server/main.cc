@@ -18,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
+#include "common/security_flags.h"
 #include "common/types.h"
 #include "server/coordinator_kv_store.h"
 #include "server/worker_core.h"
@@ -133,8 +134,65 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  ccl::RequestLimits limits;
+  app.add_option("--max-message-bytes", limits.max_message_bytes,
+                 "largest gRPC message the worker receives")
+      ->capture_default_str();
+  app.add_option("--max-tensors", limits.max_tensors,
+                 "most tensors this worker holds at once")
+      ->capture_default_str();
+  app.add_option("--max-shape-rank", limits.max_shape_rank,
+                 "most dimensions of a tensor shape")
+      ->capture_default_str();
+  app.add_option("--max-tensor-elements", limits.max_tensor_elements,
+                 "most elements of one tensor")
+      ->capture_default_str();
+  app.add_option("--max-name-length", limits.max_name_length,
+                 "longest tensor or group name")
+      ->capture_default_str();
+  app.add_option("--max-groups", limits.max_groups,
+                 "most groups (communicators) this worker knows")
+      ->capture_default_str();
+  ccl::SecurityFlags security;
+  ccl::AddSecurityFlags(app, security, ccl::SecurityFlagSet::kServer);
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = ccl::ValidateLimits(limits); !s.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (absl::Status s =
+          ccl::ResolveSecurityOptions(security.token_files, &security.options);
+      !s.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  // The worker's server accepts the full and read-only tokens; the join
+  // token is only what it registers with, and grants nothing here.
+  ccl::SecurityOptions server_security = security.options;
+  server_security.tokens.join.clear();
+  // To the coordinator it is a client: it sends the join token (or, without
+  // one, the full token) and presents its certificate for mTLS.
+  ccl::SecurityOptions coordinator_security = security.options;
+  if (!security.options.tokens.join.empty()) {
+    coordinator_security.tokens.full = security.options.tokens.join;
+  }
+  auto credentials = ccl::MakeServerCredentials(server_security, listen);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n",
+                 std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  for (const std::string& warning : credentials->warnings) {
+    spdlog::warn("ccworker: {}", warning);
+  }
+  auto coordinator_client = ccl::CoordinatorClient::Connect(
+      coordinator, std::chrono::milliseconds(10000), coordinator_security);
+  if (!coordinator_client.ok()) {
+    std::fprintf(stderr, "ccworker: coordinator channel: %s\n",
+                 std::string(coordinator_client.status().message()).c_str());
+    return 2;
+  }
 
   auto device = ccl::ParseDevice(device_name);
   if (!device.ok()) {
@@ -184,13 +242,13 @@ int main(int argc, char** argv) {
   }
 
   const std::string worker_id = RandomWorkerId();
-  ccl::WorkerService service(**core, {"", worker_id, kVersion});
+  ccl::WorkerService service(**core, {"", worker_id, kVersion}, limits);
   int bound_port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           &bound_port);
+  builder.AddListeningPort(listen, credentials->credentials, &bound_port);
   // Tensor writes stream in chunks well under this.
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX)));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
@@ -203,8 +261,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (!port_file.empty()) WritePortFile(port_file, bound_port);
 
-  auto coordinator_client = ccl::CoordinatorClient::Connect(
-      coordinator, std::chrono::milliseconds(10000));
   ccl::v1::RegisterRequest request;
   request.set_address(address);
   char hostname[256] = {};
@@ -225,7 +281,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<ccl::v1::RegisterResponse> registered;
   std::chrono::milliseconds backoff(100);
   while (true) {
-    registered = coordinator_client->Register(request);
+    registered = (*coordinator_client)->Register(request);
     if (registered.ok() ||
         registered.status().code() != absl::StatusCode::kUnavailable ||
         std::chrono::steady_clock::now() + backoff > register_deadline) {
@@ -249,7 +305,7 @@ int main(int argc, char** argv) {
   spdlog::info("ccworker: rank {} of {} in generation {}", my_rank, world_size,
                generation);
 
-  ccl::CoordinatorKvStore store(*coordinator_client, generation);
+  ccl::CoordinatorKvStore store(**coordinator_client, generation);
   absl::Status formed =
       (*core)->FormWorld(my_rank, world_size, generation, store);
   if (!formed.ok()) {
@@ -277,7 +333,7 @@ int main(int argc, char** argv) {
     beat.set_worker_id(worker_id);
     beat.set_tensor_count(static_cast<int64_t>((*core)->List().size()));
     beat.set_tensor_bytes((*core)->BytesInUse());
-    auto reply = coordinator_client->Heartbeat(beat);
+    auto reply = (*coordinator_client)->Heartbeat(beat);
     if (!reply.ok()) {
       spdlog::warn("ccworker: heartbeat failed: {}", reply.status().ToString());
     }
@@ -288,7 +344,7 @@ int main(int argc, char** argv) {
   leave.set_rank(my_rank);
   leave.set_generation(generation);
   leave.set_worker_id(worker_id);
-  absl::Status left = coordinator_client->Deregister(leave);
+  absl::Status left = (*coordinator_client)->Deregister(leave);
   if (!left.ok()) spdlog::warn("ccworker: deregister: {}", left.ToString());
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   (*core)->Shutdown();

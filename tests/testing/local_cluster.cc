@@ -11,6 +11,7 @@ namespace ccl::testing {
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     LocalClusterOptions options) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  cluster->client_security_ = options.client_security;
   auto cccoord = BinaryPath("cccoord");
   if (!cccoord.ok()) return cccoord.status();
   auto ccworker = BinaryPath("ccworker");
@@ -83,6 +84,7 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> LocalCluster::Client(
   ClientOptions options;
   options.coordinator = coordinator_address_;
   options.timeout = timeout;
+  options.security = client_security_;
   return ClusterClient::Connect(options);
 }
 
