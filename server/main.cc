@@ -177,23 +177,6 @@ int main(int argc, char** argv) {
   if (!security.options.tokens.join.empty()) {
     coordinator_security.tokens.full = security.options.tokens.join;
   }
-  auto credentials = ccl::MakeServerCredentials(server_security, listen);
-  if (!credentials.ok()) {
-    std::fprintf(stderr, "ccworker: %s\n",
-                 std::string(credentials.status().message()).c_str());
-    return 2;
-  }
-  for (const std::string& warning : credentials->warnings) {
-    spdlog::warn("ccworker: {}", warning);
-  }
-  auto coordinator_client = ccl::CoordinatorClient::Connect(
-      coordinator, std::chrono::milliseconds(10000), coordinator_security);
-  if (!coordinator_client.ok()) {
-    std::fprintf(stderr, "ccworker: coordinator channel: %s\n",
-                 std::string(coordinator_client.status().message()).c_str());
-    return 2;
-  }
-
   auto device = ccl::ParseDevice(device_name);
   if (!device.ok()) {
     std::fprintf(stderr, "ccworker: %s\n",
@@ -228,6 +211,25 @@ int main(int argc, char** argv) {
     stop.Notify();
   });
   signal_thread.detach();
+
+  // Made only now: credentials and channels start gRPC's threads, which
+  // must inherit the signal mask above.
+  auto credentials = ccl::MakeServerCredentials(server_security, listen);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n",
+                 std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  for (const std::string& warning : credentials->warnings) {
+    spdlog::warn("ccworker: {}", warning);
+  }
+  auto coordinator_client = ccl::CoordinatorClient::Connect(
+      coordinator, std::chrono::milliseconds(10000), coordinator_security);
+  if (!coordinator_client.ok()) {
+    std::fprintf(stderr, "ccworker: coordinator channel: %s\n",
+                 std::string(coordinator_client.status().message()).c_str());
+    return 2;
+  }
 
   ccl::WorkerConfig config;
   config.device = *device;
