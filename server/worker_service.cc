@@ -64,6 +64,23 @@ FillKind FillKindFromProto(v1::FillKind kind) {
   }
 }
 
+// A sequenced request refused by validation still takes its seq on this
+// rank, as one the core refuses does, so the other ranks of the group do not
+// wait out a gap for it. A no-op at that seq is how the core is told.
+absl::Status RefuseSequenced(WorkerCore& core, const std::string& group,
+                             int64_t seq, int64_t generation,
+                             absl::Status reason) {
+  if (seq < 0) return reason;
+  OpSpec nop;
+  nop.group = group.empty() ? kWorldGroup : group;
+  nop.seq = seq;
+  nop.kind = OpKind::kNop;
+  nop.generation = generation;
+  auto work = core.Submit(nop);
+  if (work.ok()) core.ForgetWork((*work)->id());
+  return reason;
+}
+
 void GroupToProto(const GroupInfo& group, v1::GroupInfo* out) {
   out->set_name(group.name);
   for (int rank : group.ranks) out->add_ranks(rank);
@@ -437,7 +454,9 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
     grpc::CallbackServerContext* context, const v1::OpRequest* request,
     v1::OpResponse* response) {
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
-    return Finish(context, valid);
+    return Finish(context,
+                  RefuseSequenced(core_, request->group(), request->seq(),
+                                  request->generation(), valid));
   }
   auto spec = OpSpecFromProto(*request);
   if (!spec.ok()) return Finish(context, spec.status());
@@ -468,7 +487,9 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
     grpc::CallbackServerContext* context, const v1::BenchRequest* request,
     v1::BenchResponse* response) {
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
-    return Finish(context, valid);
+    const v1::OpRequest& op = request->op();
+    return Finish(context, RefuseSequenced(core_, op.group(), op.seq(),
+                                           op.generation(), valid));
   }
   auto spec = OpSpecFromProto(request->op());
   if (!spec.ok()) return Finish(context, spec.status());
@@ -558,7 +579,8 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   if (absl::Status valid = ValidateRequest(
           *request, limits_, static_cast<int64_t>(core_.Groups().size()));
       !valid.ok()) {
-    return Finish(context, valid);
+    return Finish(
+        context, RefuseSequenced(core_, kWorldGroup, request->seq(), 0, valid));
   }
   std::vector<int> ranks(request->ranks().begin(), request->ranks().end());
   // The split waits for every rank of the world; bound it by most of the
