@@ -257,13 +257,16 @@ void AddCompletionCommand(CLI::App& app, int& exit_code) {
   auto* completion =
       app.add_subcommand("completion", "print a shell completion script");
   completion->add_option("shell", *shell)->check(CLI::IsMember({"bash"}));
-  completion->callback([&app, &exit_code] {
+  // The option writes into *shell when the command line is parsed, after
+  // this function returns: the callback holds it alive until then.
+  completion->callback([&app, &exit_code, shell] {
     std::string commands;
     for (const CLI::App* sub : app.get_subcommands({})) {
       commands += sub->get_name() + " ";
     }
     std::cout
-        << "# bash completion for ccctl: source <(ccctl completion bash)\n"
+        << "# " << *shell
+        << " completion for ccctl: source <(ccctl completion bash)\n"
            "_ccctl() {\n"
            "  local cur=${COMP_WORDS[COMP_CWORD]}\n"
            "  if [[ $COMP_CWORD -eq 1 ]]; then\n"
