@@ -314,6 +314,36 @@ TEST_F(TlsClusterTest, ServerNameMustMatchTheCertificate) {
   EXPECT_EQ(GetWorldCode(address(), security), absl::StatusCode::kUnavailable);
 }
 
+TEST_F(TlsClusterTest, RequestsOverALimitAreRefusedByName) {
+  auto client = cluster_->Client();
+  ASSERT_TRUE(client.ok()) << client.status();
+  v1::AllocTensorRequest alloc;
+  alloc.mutable_spec()->set_name("deep");
+  alloc.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
+  for (int i = 0; i < 9; ++i) alloc.mutable_spec()->add_shape(1);
+  auto deep = (*client)->Alloc(0, alloc);
+  EXPECT_EQ(deep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(deep.status().message().find("--max-shape-rank"),
+            absl::string_view::npos)
+      << deep.status();
+
+  alloc.mutable_spec()->clear_shape();
+  alloc.mutable_spec()->add_shape(int64_t{1} << 40);
+  auto huge = (*client)->Alloc(0, alloc);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("--max-tensor-elements"),
+            absl::string_view::npos)
+      << huge.status();
+
+  alloc.mutable_spec()->set_name(std::string(300, 'n'));
+  alloc.mutable_spec()->set_shape(0, 1);
+  auto named = (*client)->Alloc(0, alloc);
+  EXPECT_EQ(named.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(named.status().message().find("--max-name-length"),
+            absl::string_view::npos)
+      << named.status();
+}
+
 // A rotated certificate is served without a restart.
 TEST(CertificateReloadTest, RotatedServerCertificateIsPickedUp) {
   auto certs = ccl::testing::MakeTestCerts();
