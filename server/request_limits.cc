@@ -31,15 +31,27 @@ absl::Status Timeout(int64_t timeout_ms, const RequestLimits& limits) {
   return absl::OkStatus();
 }
 
+absl::Status Seq(int64_t seq, const RequestLimits& limits) {
+  if (seq < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq ", seq, " is negative"));
+  }
+  if (seq > limits.max_seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seq ", seq, " is over the limit of ", limits.max_seq, " (max_seq)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateLimits(const RequestLimits& limits) {
   if (limits.max_message_bytes <= 0 || limits.max_tensors <= 0 ||
       limits.max_shape_rank <= 0 || limits.max_tensor_elements <= 0 ||
       limits.max_name_length == 0 || limits.max_group_ranks <= 0 ||
-      limits.max_groups <= 0 || limits.max_timeout_ms <= 0 ||
-      limits.max_bench_iters <= 0 || limits.max_op_log_limit <= 0 ||
-      limits.max_summary_head <= 0) {
+      limits.max_groups <= 0 || limits.max_seq <= 0 ||
+      limits.max_timeout_ms <= 0 || limits.max_bench_iters <= 0 ||
+      limits.max_op_log_limit <= 0 || limits.max_summary_head <= 0) {
     return absl::InvalidArgumentError("every request limit must be positive");
   }
   return absl::OkStatus();
@@ -184,10 +196,7 @@ absl::Status ValidateRequest(const v1::OpRequest& request,
       !s.ok()) {
     return s;
   }
-  if (request.seq() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seq ", request.seq(), " is negative"));
-  }
+  if (absl::Status s = Seq(request.seq(), limits); !s.ok()) return s;
   if (!v1::OpKind_IsValid(request.kind())) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown op kind ", request.kind()));
@@ -237,9 +246,7 @@ absl::Status ValidateRequest(const v1::CreateGroupRequest& request,
         absl::StrCat("group lists ", request.ranks_size(),
                      " ranks; the limit is ", limits.max_group_ranks));
   }
-  if (request.seq() < 0) {
-    return absl::InvalidArgumentError("seq is negative");
-  }
+  if (absl::Status s = Seq(request.seq(), limits); !s.ok()) return s;
   if (groups_known >= limits.max_groups) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "this worker knows ", groups_known, " groups, the limit --max-groups"));

@@ -35,6 +35,9 @@ struct RequestLimits {
   // Bench iterations and GetOpLog records.
   int64_t max_bench_iters = 1000000;
   int64_t max_op_log_limit = 1 << 16;
+  // Sequence numbers come from the coordinator, a few at a time; one near
+  // INT64_MAX would make the executor's counter overflow after the gap.
+  int64_t max_seq = int64_t{1} << 62;
   // Elements a summary returns.
   int64_t max_summary_head = 1 << 20;
 };

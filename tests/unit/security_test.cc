@@ -239,6 +239,10 @@ TEST(RequestLimitsTest, OpsAndStreamsAreChecked) {
   EXPECT_EQ(ValidateRequest(op, limits).code(),
             absl::StatusCode::kInvalidArgument);
   op.set_timeout_ms(0);
+  op.set_seq(INT64_MAX);  // would overflow the executor's counter
+  EXPECT_EQ(ValidateRequest(op, limits).code(),
+            absl::StatusCode::kInvalidArgument);
+  op.set_seq(0);
   op.set_output("bad name!");
   EXPECT_EQ(ValidateRequest(op, limits).code(),
             absl::StatusCode::kInvalidArgument);
