@@ -33,16 +33,19 @@ std::string StatusText(const absl::Status& status) {
 
 ClusterClient::ClusterClient(ClientOptions options,
                              std::unique_ptr<CoordinatorClient> coordinator,
-                             v1::World world)
+                             ChannelFactory channels, v1::World world)
     : options_(std::move(options)),
       coordinator_(std::move(coordinator)),
+      channels_(std::move(channels)),
       world_(std::move(world)),
       group_ranks_(AllRanks()) {}
 
 absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
     const ClientOptions& options) {
-  auto coordinator =
-      CoordinatorClient::Connect(options.coordinator, options.timeout);
+  auto channels = ChannelFactory::Create(options.security);
+  if (!channels.ok()) return channels.status();
+  auto coordinator = std::make_unique<CoordinatorClient>(
+      channels->Make(options.coordinator), options.timeout);
   auto world = coordinator->GetWorld();
   if (!world.ok()) {
     return absl::Status(world.status().code(),
@@ -50,7 +53,8 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
                                      std::string(world.status().message())));
   }
   std::unique_ptr<ClusterClient> client(
-      new ClusterClient(options, std::move(coordinator), *std::move(world)));
+      new ClusterClient(options, std::move(coordinator), *std::move(channels),
+                        *std::move(world)));
   if (!options.group.empty() && options.group != "world") {
     if (absl::Status s = client->UseGroup(options.group); !s.ok()) return s;
   }
@@ -193,8 +197,7 @@ v1::Worker::Stub& ClusterClient::Worker(int rank) {
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
-  auto channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), args);
+  auto channel = channels_.Make(address, args);
   // A fresh channel's first RPC fails at once if its first connection
   // attempt does (seen under load on loopback); connecting up front, with a
   // short bound and outside the lock so ranks connect in parallel, keeps

@@ -27,6 +27,8 @@ struct ClientOptions {
   // ranks whatever the group, as torch.distributed's global ranks; the
   // client translates them to group ranks on the wire.
   std::string group = "world";
+  // TLS and the token, for the coordinator and every worker.
+  SecurityOptions security;
 };
 
 template <typename T>
@@ -127,7 +129,7 @@ class ClusterClient {
  private:
   ClusterClient(ClientOptions options,
                 std::unique_ptr<CoordinatorClient> coordinator,
-                v1::World world);
+                ChannelFactory channels, v1::World world);
   std::vector<RankResult<v1::OpResponse>> SubmitAll(
       const std::vector<std::pair<int, v1::OpRequest>>& per_rank);
   // Root and peer of `op` from world ranks to ranks of the client's group.
@@ -135,6 +137,7 @@ class ClusterClient {
 
   ClientOptions options_;
   std::unique_ptr<CoordinatorClient> coordinator_;
+  ChannelFactory channels_;
   v1::World world_;
   std::vector<int> group_ranks_;
   std::mutex stubs_mutex_;

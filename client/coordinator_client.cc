@@ -12,9 +12,16 @@ CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
 
 std::unique_ptr<CoordinatorClient> CoordinatorClient::Connect(
     const std::string& address, std::chrono::milliseconds rpc_timeout) {
-  auto client = std::make_unique<CoordinatorClient>(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()),
-      rpc_timeout);
+  // Default options make a plaintext channel, which cannot fail.
+  return *Connect(address, rpc_timeout, SecurityOptions());
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& address, std::chrono::milliseconds rpc_timeout,
+    const SecurityOptions& security) {
+  auto channel = MakeChannel(address, security);
+  if (!channel.ok()) return channel.status();
+  auto client = std::make_unique<CoordinatorClient>(*channel, rpc_timeout);
   client->target_ = address;
   return client;
 }

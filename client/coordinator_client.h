@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "ccl/v1/coordinator.grpc.pb.h"
+#include "common/credentials.h"
 
 namespace ccl {
 
@@ -17,8 +18,14 @@ class CoordinatorClient {
  public:
   CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
                     std::chrono::milliseconds rpc_timeout);
+  // Plaintext, no token: the zero-configuration local cluster.
   static std::unique_ptr<CoordinatorClient> Connect(
       const std::string& address, std::chrono::milliseconds rpc_timeout);
+  // Through the credentials factory; INVALID_ARGUMENT if the security
+  // options do not work (a file that cannot be read, say).
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const std::string& address, std::chrono::milliseconds rpc_timeout,
+      const SecurityOptions& security);
 
   const std::string& target() const { return target_; }
 

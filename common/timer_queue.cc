@@ -44,7 +44,10 @@ void TimerQueue::Run() {
     }
     auto first = timers_.begin();
     if (first->first.first > Clock::now()) {
-      wake_.wait_until(lock, first->first.first);
+      // A copy: wait_until reads the deadline again after it wakes, when a
+      // Cancel may have erased the node it lives in.
+      const Clock::time_point deadline = first->first.first;
+      wake_.wait_until(lock, deadline);
       continue;
     }
     std::function<void()> callback = std::move(first->second);

@@ -18,6 +18,7 @@
 #include "common/grpc_health.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
+#include "common/security_flags.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
@@ -116,6 +117,8 @@ int main(int argc, char** argv) {
                  "on SIGTERM, report NOT_SERVING this long before stopping")
       ->capture_default_str()
       ->envname("CCL_DRAIN_MS");
+  ccl::SecurityFlags security;
+  ccl::AddSecurityFlags(app, security, ccl::SecurityFlagSet::kCoordinator);
   CLI11_PARSE(app, argc, argv);
   if (absl::Status s = ccl::SetupLogging(log_level, log_format, "cccoord");
       !s.ok()) {
@@ -175,9 +178,24 @@ int main(int argc, char** argv) {
               << metrics_server->port() << "/metrics" << std::endl;
   }
 
+  if (absl::Status s =
+          ccl::ResolveSecurityOptions(security.token_files, &security.options);
+      !s.ok()) {
+    std::cerr << "cccoord: " << s.message() << "\n";
+    return kUsageError;
+  }
+  auto credentials = ccl::MakeServerCredentials(security.options, listen);
+  if (!credentials.ok()) {
+    std::cerr << "cccoord: " << credentials.status().message() << "\n";
+    return kUsageError;
+  }
+  for (const std::string& warning : credentials->warnings) {
+    spdlog::warn("{}", warning);
+  }
+
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, credentials->credentials, &port);
   builder.RegisterService(&service);
   ccl::EnableHealthAndReflection();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -9,8 +9,9 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
   python3 python3-yaml
-  # Offline checks of deploy/ and docker/, and promtool for the metrics test.
-  docker-compose prometheus shellcheck
+  # Offline checks of deploy/ and docker/, promtool for the metrics test,
+  # openssl for the TLS tests' certificates.
+  docker-compose prometheus shellcheck openssl
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-matplotlib)

@@ -22,6 +22,7 @@
 #include "common/hostname_rank.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
+#include "common/security_flags.h"
 #include "common/types.h"
 #include "server/worker_core.h"
 #include "server/worker_metrics.h"
@@ -168,7 +169,38 @@ int main(int argc, char** argv) {
   app.add_flag("--rank-from-hostname", rank_from_hostname,
                "request the rank a StatefulSet pod name ends in (name-N)")
       ->envname("CCL_RANK_FROM_HOSTNAME");
+  ccl::RequestLimits limits;
+  app.add_option("--max-message-bytes", limits.max_message_bytes,
+                 "largest gRPC message the worker receives")
+      ->capture_default_str();
+  app.add_option("--max-tensors", limits.max_tensors,
+                 "most tensors this worker holds at once")
+      ->capture_default_str();
+  app.add_option("--max-shape-rank", limits.max_shape_rank,
+                 "most dimensions of a tensor shape")
+      ->capture_default_str();
+  app.add_option("--max-tensor-elements", limits.max_tensor_elements,
+                 "most elements of one tensor")
+      ->capture_default_str();
+  app.add_option("--max-name-length", limits.max_name_length,
+                 "longest tensor or group name")
+      ->capture_default_str();
+  app.add_option("--max-groups", limits.max_groups,
+                 "most groups (communicators) this worker knows")
+      ->capture_default_str();
+  ccl::SecurityFlags security;
+  ccl::AddSecurityFlags(app, security, ccl::SecurityFlagSet::kServer);
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = ccl::ValidateLimits(limits); !s.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (absl::Status s =
+          ccl::ResolveSecurityOptions(security.token_files, &security.options);
+      !s.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   if (absl::Status s = ccl::SetupLogging(log_level, log_format, "ccworker");
       !s.ok()) {
     std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
@@ -186,6 +218,16 @@ int main(int argc, char** argv) {
     rank = *from_name;
   }
 
+  // The worker's server accepts the full and read-only tokens; the join
+  // token is only what it registers with, and grants nothing here.
+  ccl::SecurityOptions server_security = security.options;
+  server_security.tokens.join.clear();
+  // To the coordinator it is a client: it sends the join token (or, without
+  // one, the full token) and presents its certificate for mTLS.
+  ccl::SecurityOptions coordinator_security = security.options;
+  if (!security.options.tokens.join.empty()) {
+    coordinator_security.tokens.full = security.options.tokens.join;
+  }
   auto device = ccl::ParseDevice(device_name);
   if (!device.ok()) {
     std::fprintf(stderr, "ccworker: %s\n",
@@ -221,6 +263,25 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();
 
+  // Made only now: credentials and channels start gRPC's threads, which
+  // must inherit the signal mask above.
+  auto credentials = ccl::MakeServerCredentials(server_security, listen);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n",
+                 std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  for (const std::string& warning : credentials->warnings) {
+    spdlog::warn("ccworker: {}", warning);
+  }
+  auto coordinator_client = ccl::CoordinatorClient::Connect(
+      coordinator, std::chrono::milliseconds(10000), coordinator_security);
+  if (!coordinator_client.ok()) {
+    std::fprintf(stderr, "ccworker: coordinator channel: %s\n",
+                 std::string(coordinator_client.status().message()).c_str());
+    return 2;
+  }
+
   ccl::WorkerConfig config;
   config.device = *device;
   config.tensor_quota_bytes = quota_bytes;
@@ -253,13 +314,13 @@ int main(int argc, char** argv) {
   }
 
   const std::string worker_id = RandomWorkerId();
-  ccl::WorkerService service(**core, {"", worker_id, kVersion});
+  ccl::WorkerService service(**core, {"", worker_id, kVersion}, limits);
   int bound_port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(),
-                           &bound_port);
+  builder.AddListeningPort(listen, credentials->credentials, &bound_port);
   // Tensor writes stream in chunks well under this.
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX)));
   builder.RegisterService(&service);
   ccl::EnableHealthAndReflection();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -274,8 +335,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (!port_file.empty()) WritePortFile(port_file, bound_port);
 
-  auto coordinator_client = ccl::CoordinatorClient::Connect(
-      coordinator, std::chrono::milliseconds(10000));
   ccl::v1::RegisterRequest request;
   request.set_address(address);
   char hostname[256] = {};
@@ -307,7 +366,7 @@ int main(int argc, char** argv) {
     health.SetReady(state == "ready");
   };
   agent_options.on_heartbeat = [&metrics] { metrics.HeartbeatSucceeded(); };
-  ccl::WorldAgent agent(**core, *coordinator_client, agent_options);
+  ccl::WorldAgent agent(**core, **coordinator_client, agent_options);
   // The coordinator may start after us (compose, Kubernetes): Join retries
   // while it is unreachable, within the register timeout.
   if (absl::Status joined = agent.Join(); !joined.ok()) {

@@ -64,6 +64,23 @@ FillKind FillKindFromProto(v1::FillKind kind) {
   }
 }
 
+// A sequenced request refused by validation still takes its seq on this
+// rank, as one the core refuses does, so the other ranks of the group do not
+// wait out a gap for it. A no-op at that seq is how the core is told.
+absl::Status RefuseSequenced(WorkerCore& core, const std::string& group,
+                             int64_t seq, int64_t generation,
+                             absl::Status reason) {
+  if (seq < 0) return reason;
+  OpSpec nop;
+  nop.group = group.empty() ? kWorldGroup : group;
+  nop.seq = seq;
+  nop.kind = OpKind::kNop;
+  nop.generation = generation;
+  auto work = core.Submit(nop);
+  if (work.ok()) core.ForgetWork((*work)->id());
+  return reason;
+}
+
 void GroupToProto(const GroupInfo& group, v1::GroupInfo* out) {
   out->set_name(group.name);
   for (int rank : group.ranks) out->add_ranks(rank);
@@ -164,11 +181,22 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
   v1::ReadTensorChunk chunk_;
 };
 
+// Answers a request that failed validation before any reactor work.
+class RejectedReadReactor final
+    : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
+ public:
+  explicit RejectedReadReactor(const absl::Status& status) {
+    Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
 class WriteReactor final
     : public grpc::ServerReadReactor<v1::WriteTensorChunk> {
  public:
-  WriteReactor(WorkerCore& core, v1::TensorInfo* response)
-      : core_(core), response_(response) {
+  WriteReactor(WorkerCore& core, const RequestLimits& limits,
+               v1::TensorInfo* response)
+      : core_(core), limits_(limits), response_(response) {
     StartRead(&chunk_);
   }
 
@@ -181,6 +209,10 @@ class WriteReactor final
       }
       if (last_.has_value()) *response_ = TensorInfoToProto(*last_);
       Finish(grpc::Status::OK);
+      return;
+    }
+    if (absl::Status valid = ValidateRequest(chunk_, limits_); !valid.ok()) {
+      Finish(ToGrpcStatus(valid));
       return;
     }
     if (name_.empty()) name_ = chunk_.name();
@@ -212,6 +244,7 @@ class WriteReactor final
 
  private:
   WorkerCore& core_;
+  const RequestLimits& limits_;
   v1::TensorInfo* response_;
   std::string name_;
   std::optional<TensorMeta> last_;
@@ -308,8 +341,9 @@ void WorkToProto(const Work& work, v1::WorkStatus* out) {
   *out->mutable_timing() = TimingToProto(work.timing());
 }
 
-WorkerService::WorkerService(WorkerCore& core, WorkerIdentity identity)
-    : core_(core), identity_(std::move(identity)) {}
+WorkerService::WorkerService(WorkerCore& core, WorkerIdentity identity,
+                             RequestLimits limits)
+    : core_(core), limits_(limits), identity_(std::move(identity)) {}
 
 void WorkerService::set_address(std::string address) {
   std::lock_guard<std::mutex> lock(state_mutex_);
@@ -348,6 +382,11 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
 grpc::ServerUnaryReactor* WorkerService::AllocTensor(
     grpc::CallbackServerContext* context, const v1::AllocTensorRequest* request,
     v1::TensorInfo* response) {
+  if (absl::Status valid = ValidateRequest(
+          *request, limits_, static_cast<int64_t>(core_.List().size()));
+      !valid.ok()) {
+    return Finish(context, valid);
+  }
   auto meta = TensorSpecFromProto(request->spec());
   if (!meta.ok()) return Finish(context, meta.status());
   auto fill = FillFromProto(request->fill());
@@ -360,6 +399,9 @@ grpc::ServerUnaryReactor* WorkerService::AllocTensor(
 grpc::ServerUnaryReactor* WorkerService::FreeTensor(
     grpc::CallbackServerContext* context, const v1::FreeTensorRequest* request,
     v1::FreeTensorResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context, valid);
+  }
   auto freed = core_.Free(request->name());
   if (freed.ok()) response->set_freed_bytes(*freed);
   return Finish(context, freed.status());
@@ -378,20 +420,22 @@ grpc::ServerUnaryReactor* WorkerService::ListTensors(
 
 grpc::ServerReadReactor<v1::WriteTensorChunk>* WorkerService::WriteTensor(
     grpc::CallbackServerContext*, v1::TensorInfo* response) {
-  return new WriteReactor(core_, response);
+  return new WriteReactor(core_, limits_, response);
 }
 
 grpc::ServerWriteReactor<v1::ReadTensorChunk>* WorkerService::ReadTensor(
     grpc::CallbackServerContext*, const v1::ReadTensorRequest* request) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return new RejectedReadReactor(valid);
+  }
   return new ReadReactor(core_, *request);
 }
 
 grpc::ServerUnaryReactor* WorkerService::SummarizeTensor(
     grpc::CallbackServerContext* context,
     const v1::SummarizeTensorRequest* request, v1::TensorSummary* response) {
-  if (request->head() < 0 || request->head() > 1 << 20) {
-    return Finish(context, absl::InvalidArgumentError(
-                               "head must be between 0 and 1048576 elements"));
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context, valid);
   }
   auto summary = core_.Summarize(request->name(), request->head());
   if (summary.ok()) {
@@ -409,6 +453,11 @@ grpc::ServerUnaryReactor* WorkerService::SummarizeTensor(
 grpc::ServerUnaryReactor* WorkerService::Submit(
     grpc::CallbackServerContext* context, const v1::OpRequest* request,
     v1::OpResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context,
+                  RefuseSequenced(core_, request->group(), request->seq(),
+                                  request->generation(), valid));
+  }
   auto spec = OpSpecFromProto(*request);
   if (!spec.ok()) return Finish(context, spec.status());
   auto work = core_.Submit(*spec);
@@ -437,14 +486,13 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
 grpc::ServerUnaryReactor* WorkerService::Bench(
     grpc::CallbackServerContext* context, const v1::BenchRequest* request,
     v1::BenchResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    const v1::OpRequest& op = request->op();
+    return Finish(context, RefuseSequenced(core_, op.group(), op.seq(),
+                                           op.generation(), valid));
+  }
   auto spec = OpSpecFromProto(request->op());
   if (!spec.ok()) return Finish(context, spec.status());
-  if (request->iters() < 1 || request->iters() > 1000000 ||
-      request->warmup_iters() < 0 || request->warmup_iters() > 1000000) {
-    return Finish(context,
-                  absl::InvalidArgumentError(
-                      "bench needs 1..1000000 iters and 0..1000000 warmup"));
-  }
   auto* reactor = context->DefaultReactor();
   const int rank = core_.rank();
   absl::Status status = core_.Bench(
@@ -466,6 +514,9 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
 grpc::ServerUnaryReactor* WorkerService::Wait(
     grpc::CallbackServerContext* context, const v1::WaitRequest* request,
     v1::WorkStatus* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context, valid);
+  }
   std::shared_ptr<Work> work = core_.FindWork(request->work_id());
   if (!work) {
     return Finish(context,
@@ -509,6 +560,9 @@ grpc::ServerUnaryReactor* WorkerService::Wait(
 grpc::ServerUnaryReactor* WorkerService::Test(
     grpc::CallbackServerContext* context, const v1::TestRequest* request,
     v1::WorkStatus* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context, valid);
+  }
   std::shared_ptr<Work> work = core_.FindWork(request->work_id());
   if (!work) {
     return Finish(context, absl::NotFoundError(absl::StrCat(
@@ -522,6 +576,12 @@ grpc::ServerUnaryReactor* WorkerService::Test(
 grpc::ServerUnaryReactor* WorkerService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::GroupInfo* response) {
+  if (absl::Status valid = ValidateRequest(
+          *request, limits_, static_cast<int64_t>(core_.Groups().size()));
+      !valid.ok()) {
+    return Finish(
+        context, RefuseSequenced(core_, kWorldGroup, request->seq(), 0, valid));
+  }
   std::vector<int> ranks(request->ranks().begin(), request->ranks().end());
   // The split waits for every rank of the world; bound it by most of the
   // RPC's deadline when the caller set one, so the worker's clear error
@@ -555,8 +615,8 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
 grpc::ServerUnaryReactor* WorkerService::GetOpLog(
     grpc::CallbackServerContext* context, const v1::GetOpLogRequest* request,
     v1::OpLog* response) {
-  if (request->limit() < 0) {
-    return Finish(context, absl::InvalidArgumentError("limit is negative"));
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context, valid);
   }
   auto log = core_.OpLog(request->group(), request->limit());
   if (!log.ok()) return Finish(context, log.status());

@@ -10,6 +10,7 @@
 
 #include "ccl/v1/worker.grpc.pb.h"
 #include "common/timer_queue.h"
+#include "server/request_limits.h"
 #include "server/worker_core.h"
 
 namespace ccl {
@@ -23,7 +24,9 @@ struct WorkerIdentity {
 
 class WorkerService final : public v1::Worker::CallbackService {
  public:
-  WorkerService(WorkerCore& core, WorkerIdentity identity);
+  // Every request is checked against `limits` before it reaches the core.
+  WorkerService(WorkerCore& core, WorkerIdentity identity,
+                RequestLimits limits = RequestLimits());
 
   // "joining", "ready", "draining": reported by GetInfo.
   void set_state(std::string state);
@@ -74,6 +77,7 @@ class WorkerService final : public v1::Worker::CallbackService {
 
  private:
   WorkerCore& core_;
+  const RequestLimits limits_;
   WorkerIdentity identity_;  // address guarded by state_mutex_
   TimerQueue timers_;
   std::mutex state_mutex_;

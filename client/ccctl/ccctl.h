@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/cluster_client.h"
+#include "common/security_flags.h"
 #include "nlohmann/json.hpp"
 
 namespace google::protobuf {
@@ -27,6 +28,8 @@ struct Globals {
   std::string output = "table";
   std::string timeout = "30s";
   std::string group = "world";
+  // TLS and the token; the environment fills the rest in Connect.
+  SecurityFlags security;
   bool json() const { return output == "json"; }
 };
 
@@ -37,6 +40,8 @@ std::string StateDir();
 std::string ResolveCoordinator(const Globals& globals);
 
 absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals);
+// The flags' security options completed from the environment.
+absl::StatusOr<SecurityOptions> ResolveSecurity(const Globals& globals);
 
 // Prints "ccctl: CODE: message" to stderr; returns kExitFailure (or
 // kExitUsage for INVALID_ARGUMENT raised before any RPC, when `usage`).

@@ -126,11 +126,25 @@ int Up(Globals& globals, const UpArgs& args) {
   fs::create_directories(dir);
   const std::string port_file = dir + "/coordinator.port";
   fs::remove(port_file);
+  // The daemons inherit the environment (CCL_TOKEN, CCL_TLS_*); a token
+  // file given to ccctl as a flag is passed on, so the cluster accepts the
+  // token this ccctl sends.
+  std::vector<std::string> security_args;
+  if (!globals.security.token_files.full.empty()) {
+    security_args = {"--token-file", globals.security.token_files.full};
+  }
+  std::vector<std::string> coordinator_argv = {
+      FindBinary("cccoord", "coordinator"),
+      "--world-size",
+      absl::StrCat(args.workers),
+      "--listen",
+      "127.0.0.1:0",
+      "--port-file",
+      port_file};
+  coordinator_argv.insert(coordinator_argv.end(), security_args.begin(),
+                          security_args.end());
   const pid_t coordinator_pid =
-      Spawn({FindBinary("cccoord", "coordinator"), "--world-size",
-             absl::StrCat(args.workers), "--listen", "127.0.0.1:0",
-             "--port-file", port_file},
-            dir + "/coordinator.log");
+      Spawn(coordinator_argv, dir + "/coordinator.log");
   const auto deadline = std::chrono::steady_clock::now() + *wait;
   while (!fs::exists(port_file) && Alive(coordinator_pid) &&
          std::chrono::steady_clock::now() < deadline) {
@@ -147,10 +161,19 @@ int Up(Globals& globals, const UpArgs& args) {
   for (int i = 0; i < args.workers; ++i) {
     std::string device = args.device;
     if (device == "cuda") device = absl::StrCat("cuda:", i);
-    workers.push_back(Spawn(
-        {FindBinary("ccworker", "server"), "--coordinator", address, "--device",
-         device, "--rank", absl::StrCat(i), "--listen", "127.0.0.1:0"},
-        absl::StrCat(dir, "/worker-", i, ".log")));
+    std::vector<std::string> worker_argv = {FindBinary("ccworker", "server"),
+                                            "--coordinator",
+                                            address,
+                                            "--device",
+                                            device,
+                                            "--rank",
+                                            absl::StrCat(i),
+                                            "--listen",
+                                            "127.0.0.1:0"};
+    worker_argv.insert(worker_argv.end(), security_args.begin(),
+                       security_args.end());
+    workers.push_back(
+        Spawn(worker_argv, absl::StrCat(dir, "/worker-", i, ".log")));
   }
   nlohmann::json state = {{"coordinator", address},
                           {"coordinator_pid", coordinator_pid},
@@ -159,11 +182,20 @@ int Up(Globals& globals, const UpArgs& args) {
   std::ofstream(dir + "/state.json") << state.dump(2) << "\n";
 
   // Ready when the world is complete and every worker says so.
+  auto security = ResolveSecurity(globals);
+  if (!security.ok()) {
+    Down(globals);
+    return Fail(security.status(), true);
+  }
   auto coordinator =
-      CoordinatorClient::Connect(address, std::chrono::seconds(5));
+      CoordinatorClient::Connect(address, std::chrono::seconds(5), *security);
+  if (!coordinator.ok()) {
+    Down(globals);
+    return Fail(coordinator.status(), true);
+  }
   bool ready = false;
   while (!ready && std::chrono::steady_clock::now() < deadline) {
-    auto world = coordinator->GetWorld();
+    auto world = (*coordinator)->GetWorld();
     if (world.ok() && world->state() == v1::WORLD_STATE_COMPLETE) {
       Globals local = globals;
       local.coordinator = address;
@@ -225,13 +257,16 @@ void AddCompletionCommand(CLI::App& app, int& exit_code) {
   auto* completion =
       app.add_subcommand("completion", "print a shell completion script");
   completion->add_option("shell", *shell)->check(CLI::IsMember({"bash"}));
-  completion->callback([&app, &exit_code] {
+  // The option writes into *shell when the command line is parsed, after
+  // this function returns: the callback holds it alive until then.
+  completion->callback([&app, &exit_code, shell] {
     std::string commands;
     for (const CLI::App* sub : app.get_subcommands({})) {
       commands += sub->get_name() + " ";
     }
     std::cout
-        << "# bash completion for ccctl: source <(ccctl completion bash)\n"
+        << "# " << *shell
+        << " completion for ccctl: source <(ccctl completion bash)\n"
            "_ccctl() {\n"
            "  local cur=${COMP_WORDS[COMP_CWORD]}\n"
            "  if [[ $COMP_CWORD -eq 1 ]]; then\n"

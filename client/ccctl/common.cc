@@ -32,10 +32,23 @@ std::string ResolveCoordinator(const Globals& globals) {
   return "127.0.0.1:29400";
 }
 
+absl::StatusOr<SecurityOptions> ResolveSecurity(const Globals& globals) {
+  SecurityOptions security = globals.security.options;
+  if (absl::Status s =
+          ResolveSecurityOptions(globals.security.token_files, &security);
+      !s.ok()) {
+    return s;
+  }
+  return security;
+}
+
 absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals) {
   auto timeout = ParseDuration(globals.timeout);
   if (!timeout.ok()) return timeout.status();
+  auto security = ResolveSecurity(globals);
+  if (!security.ok()) return security.status();
   ClientOptions options;
+  options.security = *std::move(security);
   options.coordinator = ResolveCoordinator(globals);
   options.timeout = *timeout;
   options.group = globals.group;

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
                  "the group ops run on (see `ccctl group create`); rank "
                  "options stay world ranks")
       ->capture_default_str();
+  AddSecurityFlags(app, globals.security, ccl::SecurityFlagSet::kClient);
 
   AddStatusCommand(app, globals, exit_code);
   AddTensorCommands(app, globals, exit_code);

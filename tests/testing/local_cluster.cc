@@ -12,6 +12,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     LocalClusterOptions options) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   cluster->options_ = options;
+  cluster->client_security_ = options.client_security;
   auto cccoord = BinaryPath("cccoord");
   if (!cccoord.ok()) return cccoord.status();
 
@@ -143,6 +144,7 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> LocalCluster::Client(
   ClientOptions options;
   options.coordinator = coordinator_address_;
   options.timeout = timeout;
+  options.security = client_security_;
   return ClusterClient::Connect(options);
 }
 

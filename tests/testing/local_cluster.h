@@ -19,6 +19,8 @@ struct LocalClusterOptions {
   std::vector<std::string> worker_args;
   std::vector<std::string> coordinator_args;
   std::chrono::milliseconds ready_timeout{std::chrono::seconds(60)};
+  // What Client() (and the readiness check) connects with.
+  SecurityOptions client_security;
 };
 
 class LocalCluster {
@@ -61,6 +63,7 @@ class LocalCluster {
   LocalClusterOptions options_;
   std::vector<std::string> coordinator_args_;
   std::string coordinator_address_;
+  SecurityOptions client_security_;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
 };

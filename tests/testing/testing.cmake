@@ -6,7 +6,8 @@
 # builds these binaries first.
 set(CCL_TEST_BINARY_TARGETS cccoord ccworker ccctl)
 
-add_library(ccl_testing STATIC ${CMAKE_CURRENT_LIST_DIR}/subprocess.cc)
+add_library(ccl_testing STATIC ${CMAKE_CURRENT_LIST_DIR}/subprocess.cc
+  ${CMAKE_CURRENT_LIST_DIR}/certs.cc)
 target_link_libraries(ccl_testing PUBLIC GTest::gtest absl::status
   absl::statusor absl::strings)
 ccl_target_defaults(ccl_testing)

@@ -1,0 +1,105 @@
+// The one place servers and channels get their credentials. Every binary
+// (cccoord, ccworker's server and its channel to the coordinator, ccctl and
+// the client library) builds through here, so TLS, mTLS and token checks
+// mean the same thing everywhere.
+//
+// Defaults: plaintext and no token, which is allowed only on loopback (the
+// zero-configuration local cluster). A non-loopback bind needs TLS or an
+// explicit `insecure`; one without TLS or a token is served with a warning.
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/auth.h"
+
+namespace ccl {
+
+struct SecurityOptions {
+  // PEM files. A server serves TLS when it has a cert and key; a client uses
+  // TLS when it has a CA (and presents cert and key, if given, for mTLS).
+  // Files are re-read every `cert_refresh_seconds`, so rotated certificates
+  // take effect without a restart.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  // Server: reject clients without a certificate signed by tls_ca.
+  bool require_client_cert = false;
+  // Client: the name the server certificate must carry, when the target's
+  // host is not it (pods dialled by IP, say).
+  std::string tls_server_name;
+  unsigned cert_refresh_seconds = 60;
+  // Server: plaintext on a non-loopback address, asked for explicitly.
+  bool insecure = false;
+  // Server: the secrets it accepts. Client: `tokens.full` is the one token
+  // it sends (whatever role the server gives it).
+  RoleTokens tokens;
+
+  bool server_tls() const { return !tls_cert.empty() || !tls_key.empty(); }
+  bool client_tls() const { return !tls_ca.empty(); }
+};
+
+// Fills what the flags left empty from the environment: CCL_TLS_CERT,
+// CCL_TLS_KEY, CCL_TLS_CA, CCL_TLS_SERVER_NAME, CCL_TLS_REQUIRE_CLIENT_CERT
+// and CCL_INSECURE (1/true), and the tokens from CCL_TOKEN /
+// CCL_TOKEN_FILE, CCL_READ_ONLY_TOKEN / CCL_READ_ONLY_TOKEN_FILE and
+// CCL_JOIN_TOKEN / CCL_JOIN_TOKEN_FILE. `token_files` holds the flags' token
+// file paths (full, read-only, join; empty: not given), read here; a file
+// wins over its variable. Token files are trimmed of surrounding whitespace.
+struct TokenFiles {
+  std::string full;
+  std::string read_only;
+  std::string join;
+};
+absl::Status ResolveSecurityOptions(const TokenFiles& token_files,
+                                    SecurityOptions* options);
+
+// True for 127.0.0.0/8, ::1 and localhost ("host:port" or a bare host).
+bool IsLoopbackAddress(const std::string& address);
+
+struct ServerSecurity {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  // What the operator should hear about (plaintext or no token on a
+  // reachable address); the caller logs them.
+  std::vector<std::string> warnings;
+};
+
+// Credentials for a server listening on `listen`, with the token check
+// installed. FAILED_PRECONDITION for plaintext on a non-loopback address
+// without `insecure`; INVALID_ARGUMENT for options that do not fit together
+// or files that cannot be read.
+absl::StatusOr<ServerSecurity> MakeServerCredentials(
+    const SecurityOptions& options, const std::string& listen);
+
+// Channels that use TLS when options.client_tls() and send
+// options.tokens.full, if any, as "authorization: Bearer <token>" on every
+// call. Create checks the options and files once; channels made from one
+// factory share its credentials (and its certificate watcher).
+class ChannelFactory {
+ public:
+  // INVALID_ARGUMENT if a file cannot be read or the options do not fit.
+  static absl::StatusOr<ChannelFactory> Create(const SecurityOptions& options);
+  std::shared_ptr<grpc::Channel> Make(
+      const std::string& target,
+      grpc::ChannelArguments args = grpc::ChannelArguments()) const;
+
+ private:
+  ChannelFactory() = default;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::string token_;
+  std::string server_name_;
+};
+
+// ChannelFactory::Create(options) and Make(target, args) in one.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
+    const std::string& target, const SecurityOptions& options,
+    grpc::ChannelArguments args = grpc::ChannelArguments());
+
+}  // namespace ccl

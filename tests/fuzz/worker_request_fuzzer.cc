@@ -1,0 +1,192 @@
+// libFuzzer target over the worker's request handling: the first byte picks
+// a request message, the rest is parsed as it; the request is validated
+// (server/request_limits) and, if valid, converted and run as the gRPC
+// adapter would, against a real worker core on the CPU in a world of one
+// (Gloo). Tensors and groups persist across inputs, so sequences of
+// requests are explored too. A crash, a sanitizer report or a hang is a bug.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "google/protobuf/stubs/logging.h"
+#include "server/request_limits.h"
+#include "server/worker_core.h"
+#include "server/worker_service.h"
+#include "tests/testing/in_memory_kv_store.h"
+
+namespace ccl {
+namespace {
+
+// Small limits keep each input fast; the checks are the same code.
+RequestLimits FuzzLimits() {
+  RequestLimits limits;
+  limits.max_tensors = 32;
+  limits.max_tensor_elements = 1 << 16;
+  limits.max_timeout_ms = 200;
+  limits.max_bench_iters = 4;
+  limits.max_summary_head = 1024;
+  limits.max_groups = 8;
+  return limits;
+}
+
+constexpr auto kWorkWait = std::chrono::seconds(5);
+
+class Harness {
+ public:
+  Harness() : limits_(FuzzLimits()) {
+    // Invalid UTF-8 in string fields is expected here; its log line per
+    // input would drown the fuzzer's own output.
+    google::protobuf::SetLogHandler(nullptr);
+    WorkerConfig config;
+    config.device = Device{DeviceKind::kCpu, 0};
+    config.tensor_quota_bytes = 64 << 20;
+    config.default_op_timeout = std::chrono::milliseconds(200);
+    config.seq_gap_timeout = std::chrono::milliseconds(20);
+    config.data_host = "127.0.0.1";
+    core_ = *WorkerCore::Create(config);
+    absl::Status formed = core_->FormWorld(0, 1, 1, store_);
+    if (!formed.ok()) {
+      std::fprintf(stderr, "FormWorld: %s\n", formed.ToString().c_str());
+      std::abort();
+    }
+  }
+
+  void Run(uint8_t selector, const std::string& bytes) {
+    switch (selector % 11) {
+      case 0:
+        Handle<v1::AllocTensorRequest>(bytes, [&](const auto& r) {
+          absl::Status s = ValidateRequest(
+              r, limits_, static_cast<int64_t>(core_->List().size()));
+          if (!s.ok()) return;
+          auto meta = TensorSpecFromProto(r.spec());
+          auto fill = FillFromProto(r.fill());
+          if (meta.ok() && fill.ok()) (void)core_->Alloc(*meta, *fill);
+        });
+        break;
+      case 1:
+        Handle<v1::FreeTensorRequest>(bytes, [&](const auto& r) {
+          if (ValidateRequest(r, limits_).ok()) (void)core_->Free(r.name());
+        });
+        break;
+      case 2:
+        Handle<v1::WriteTensorChunk>(bytes, [&](const auto& r) {
+          if (!ValidateRequest(r, limits_).ok() || r.name().empty()) return;
+          (void)core_->Write(
+              r.name(), r.offset_bytes(),
+              std::span<const std::byte>(
+                  reinterpret_cast<const std::byte*>(r.data().data()),
+                  r.data().size()));
+        });
+        break;
+      case 3:
+        Handle<v1::ReadTensorRequest>(bytes, [&](const auto& r) {
+          if (!ValidateRequest(r, limits_).ok()) return;
+          const int64_t chunk =
+              r.chunk_bytes() > 0 ? std::min<int64_t>(r.chunk_bytes(), 3 << 20)
+                                  : 1 << 20;
+          (void)core_->Read(
+              r.name(), r.offset(), r.count(), chunk,
+              [](int64_t, std::span<const std::byte>) { return true; });
+        });
+        break;
+      case 4:
+        Handle<v1::SummarizeTensorRequest>(bytes, [&](const auto& r) {
+          if (ValidateRequest(r, limits_).ok()) {
+            (void)core_->Summarize(r.name(), r.head());
+          }
+        });
+        break;
+      case 5:
+        Handle<v1::OpRequest>(bytes, [&](const auto& r) {
+          if (!ValidateRequest(r, limits_).ok()) return;
+          auto spec = OpSpecFromProto(r);
+          if (!spec.ok()) return;
+          auto work = core_->Submit(*spec);
+          if (!work.ok()) return;
+          (void)(*work)->Wait(kWorkWait);
+          if (!r.async()) core_->ForgetWork((*work)->id());
+        });
+        break;
+      case 6:
+        Handle<v1::BenchRequest>(bytes, [&](const auto& r) {
+          if (!ValidateRequest(r, limits_).ok()) return;
+          auto spec = OpSpecFromProto(r.op());
+          if (!spec.ok()) return;
+          auto done = std::make_shared<std::promise<void>>();
+          auto future = done->get_future();
+          absl::Status s = core_->Bench(
+              *spec, r.warmup_iters(), r.iters(), r.check(),
+              [done](absl::StatusOr<BenchResult>) { done->set_value(); });
+          if (s.ok()) future.wait_for(kWorkWait);
+        });
+        break;
+      case 7:
+        Handle<v1::WaitRequest>(bytes, [&](const auto& r) {
+          if (!ValidateRequest(r, limits_).ok()) return;
+          auto work = core_->FindWork(r.work_id());
+          if (!work) return;
+          if (work->Wait(std::chrono::milliseconds(r.timeout_ms())).ok()) {
+            core_->ForgetWork(work->id());
+          }
+        });
+        break;
+      case 8:
+        Handle<v1::TestRequest>(bytes, [&](const auto& r) {
+          if (!ValidateRequest(r, limits_).ok()) return;
+          auto work = core_->FindWork(r.work_id());
+          if (work) {
+            v1::WorkStatus status;
+            WorkToProto(*work, &status);
+          }
+        });
+        break;
+      case 9:
+        Handle<v1::CreateGroupRequest>(bytes, [&](const auto& r) {
+          if (!ValidateRequest(r, limits_,
+                               static_cast<int64_t>(core_->Groups().size()))
+                   .ok()) {
+            return;
+          }
+          std::vector<int> ranks(r.ranks().begin(), r.ranks().end());
+          auto work = core_->CreateGroup(r.name(), ranks, r.seq(),
+                                         std::chrono::milliseconds(200));
+          if (work.ok()) (void)(*work)->Wait(kWorkWait);
+        });
+        break;
+      case 10:
+        Handle<v1::GetOpLogRequest>(bytes, [&](const auto& r) {
+          if (ValidateRequest(r, limits_).ok()) {
+            (void)core_->OpLog(r.group(), r.limit());
+          }
+        });
+        break;
+    }
+  }
+
+ private:
+  template <typename Message, typename F>
+  static void Handle(const std::string& bytes, F&& handle) {
+    Message message;
+    if (!message.ParseFromString(bytes)) return;
+    handle(message);
+  }
+
+  const RequestLimits limits_;
+  testing::InMemoryKvStore store_;
+  std::unique_ptr<WorkerCore> core_;
+};
+
+}  // namespace
+}  // namespace ccl
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // One worker for the whole run, as a daemon lives across requests.
+  static ccl::Harness* harness = new ccl::Harness();
+  if (size == 0) return 0;
+  harness->Run(data[0],
+               std::string(reinterpret_cast<const char*>(data + 1), size - 1));
+  return 0;
+}
