@@ -1,6 +1,11 @@
 // ccctl health: asks a daemon's grpc.health.v1 service, as a Kubernetes grpc
 // probe or grpc_health_probe would, so that compose healthchecks and scripts
-// need no other tool in the image. Exit 0 when SERVING, 1 otherwise.
+// need no other tool in the image. Exit 0 when SERVING, 1 otherwise (also
+// for unreadable credential files; 2 for a bad duration). The channel comes
+// from the credentials factory every other command uses, so it speaks TLS
+// (and mTLS) given --tls-ca (and --tls-cert/--tls-key) or their CCL_TLS_*
+// variables: the exec probe for a TLS server, which Kubernetes' plaintext
+// gRPC probe cannot reach. The health service itself needs no token.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -10,6 +15,7 @@
 #include "client/ccctl/ccctl.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
+#include "common/credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace ccl::ctl {
@@ -28,9 +34,11 @@ int RunHealth(const Globals& globals, const HealthOptions& options) {
   if (!wait.ok()) return Fail(wait.status(), true);
   const std::string address =
       options.address.empty() ? ResolveCoordinator(globals) : options.address;
-  auto channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  auto stub = grpc::health::v1::Health::NewStub(channel);
+  auto security = ResolveSecurity(globals);
+  if (!security.ok()) return Fail(security.status());
+  auto channel = MakeChannel(address, *security);
+  if (!channel.ok()) return Fail(channel.status());
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
   const auto give_up = std::chrono::steady_clock::now() + *wait;
   std::string status_name;
   while (true) {
