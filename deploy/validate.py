@@ -6,7 +6,8 @@ that work without one, and with a schema check of our own.
 
   compose   docker-compose config -q (for each profile), then structure:
             GPU workers reserve one nvidia device each, every daemon has a
-            healthcheck, the cpu profile is a coordinator plus workers.
+            healthcheck, the cpu profile is a coordinator plus workers,
+            every daemon can start under the security defaults.
   k8s       kubectl kustomize renders both overlays; every rendered object
             (and the Job example) is checked against a per-kind schema of
             the fields these manifests use: unknown keys are errors (what
@@ -14,7 +15,12 @@ that work without one, and with a schema check of our own.
             fields and value types are checked. Then the wiring: selectors
             match, probes hit a declared port, the world size equals the
             StatefulSet's replicas, the headless service publishes
-            not-ready addresses, the GPU overlay asks for one GPU per pod.
+            not-ready addresses, the GPU overlay asks for one GPU per pod,
+            every daemon can start under the security defaults (TLS or an
+            explicit CCL_INSECURE on a non-loopback bind), token and
+            certificate files lie in a mounted volume, and a TLS server is
+            probed with `ccctl health` (exec), never the plaintext-only
+            kubelet gRPC probe.
   docker    Dockerfiles parsed and linted (rules in lint_dockerfile, after
             hadolint's), every RUN body and the helper scripts through
             shellcheck; COPY sources exist and are not excluded by
@@ -58,15 +64,22 @@ def run(args, **kwargs):
 
 # ------------------------------------------------------------- env names ---
 
+# The sources that read CCL_* / CCCTL_* variables (credentials.cc: the
+# security variables every binary shares).
+ENV_SOURCES = ("server/main.cc", "coordinator/main.cc",
+               "client/ccctl/common.cc", "common/credentials.cc")
+
+
 def known_env_names(root):
     """The CCL_* / CCCTL_* variables the binaries read, from their sources:
     a misspelt variable in a manifest is silently ignored by the binary, so
     it is caught here."""
     names = set()
-    for path in ("server/main.cc", "coordinator/main.cc",
-                 "client/ccctl/common.cc"):
+    for path in ENV_SOURCES:
         with open(os.path.join(root, path)) as f:
             names.update(re.findall(r'"((?:CCL|CCCTL)_[A-Z_]+)"', f.read()))
+    # credentials.cc reads every token variable X also as X_FILE.
+    names.update(f"{n}_FILE" for n in list(names) if n.endswith("_TOKEN"))
     return names
 
 
@@ -75,6 +88,40 @@ def check_env_names(root, where, env):
     for name in env:
         if re.match(r"^(CCL|CCCTL)_", name) and name not in known:
             fail(where, f"{name} is not read by any binary")
+
+
+# -------------------------------------------------------------- security ---
+# A daemon on a non-loopback address without TLS refuses to start unless
+# plaintext is asked for (common/credentials.h: MakeServerCredentials).
+
+LISTEN_ENV = {"cccoord": "CCL_COORDINATOR_LISTEN", "ccworker": "CCL_LISTEN"}
+LOOPBACK = re.compile(r"^(127\.[0-9.]+|localhost|\[::1\]|::1)(:|$)")
+
+
+def truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_starts_secure(where, argv, env):
+    """argv: the command and args of a container; env: its variables."""
+    binary = os.path.basename(argv[0]) if argv else None
+    if binary not in LISTEN_ENV:
+        return
+    def flag(name):
+        for i, arg in enumerate(argv):
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+    listen = flag("--listen") or env.get(LISTEN_ENV[binary]) or "127.0.0.1"
+    if LOOPBACK.match(str(listen)):
+        return
+    tls = flag("--tls-cert") or env.get("CCL_TLS_CERT")
+    insecure = "--insecure" in argv or truthy(env.get("CCL_INSECURE", ""))
+    if not tls and not insecure:
+        fail(where, f"{binary} listens on {listen} without TLS or "
+             "CCL_INSECURE=1: it refuses to start (docs/security.md)")
 
 
 # ---------------------------------------------------------------- schema ---
@@ -130,6 +177,10 @@ VOLUME = {
     "emptyDir": {"medium": "str", "sizeLimit": "quantity"},
     "configMap": {"!name": "str", "defaultMode": "int",
                   "items": ["list", {"!key": "str", "!path": "str"}]},
+    "secret": {"!secretName": "str", "defaultMode": "int",
+               "optional": "bool",
+               "items": ["list", {"!key": "str", "!path": "str",
+                                  "mode": "int"}]},
 }
 POD_SPEC = {
     "!containers": ["list", CONTAINER],
@@ -257,14 +308,25 @@ def check_wiring(source, objects):
                 fail(where, "selector does not match the pod labels")
             for c in containers(obj):
                 ports = {p["containerPort"] for p in c.get("ports", [])}
+                tls = bool(env_of(c).get("CCL_TLS_CERT"))
                 for probe in ("readinessProbe", "livenessProbe"):
                     p = c.get(probe)
-                    if not p or "grpc" not in p:
+                    if tls:
+                        command = (p or {}).get("exec", {}).get("command", [])
+                        if not p or "health" not in command:
+                            fail(where, f"{c['name']}: a TLS server needs an "
+                                 f"exec {probe} running `ccctl health` (the "
+                                 "kubelet's gRPC probe is plaintext only)")
+                    elif not p or "grpc" not in p:
                         fail(where, f"{c['name']}: no grpc {probe}")
                     elif p["grpc"]["port"] not in ports:
                         fail(where, f"{probe} port not a container port")
-                if c.get("livenessProbe", {}).get("grpc", {}).get(
-                        "service") != "liveness":
+                live = c.get("livenessProbe", {})
+                service = live.get("grpc", {}).get("service")
+                command = live.get("exec", {}).get("command", [])
+                if "--service" in command[:-1]:
+                    service = command[command.index("--service") + 1]
+                if service != "liveness":
                     fail(where, "liveness must ask service 'liveness' (the "
                          "readiness one is NOT_SERVING while joining)")
                 drain = int(env_of(c).get("CCL_DRAIN_MS") or 0)
@@ -313,6 +375,21 @@ def check_wiring(source, objects):
         fail(where, "a cpu worker asks for a GPU")
 
 
+def check_container_security(where, container):
+    argv = (container.get("command") or []) + (container.get("args") or [])
+    env = env_of(container)
+    check_starts_secure(f"{where}:{container['name']}", argv, env)
+    mounts = [m["mountPath"].rstrip("/") + "/"
+              for m in container.get("volumeMounts", [])]
+    for name, value in env.items():
+        if (name.endswith("_FILE") or name in (
+                "CCL_TLS_CERT", "CCL_TLS_KEY", "CCL_TLS_CA")) and \
+                name.startswith("CCL_") and value:
+            if not any(value.startswith(m) for m in mounts):
+                fail(f"{where}:{container['name']}", f"{name}={value} is not "
+                     "under a volumeMount")
+
+
 def validate_k8s(root):
     kubectl = tool("KUBECTL", "kubectl")
     k8s = os.path.join(root, "deploy", "k8s")
@@ -331,6 +408,7 @@ def validate_k8s(root):
                 for c in containers(obj):
                     check_env_names(root, f"overlay {overlay}:{c['name']}",
                                     env_of(c))
+                    check_container_security(f"overlay {overlay}", c)
         try:
             check_wiring(f"overlay {overlay}", objects)
         except (KeyError, TypeError, IndexError) as e:
@@ -349,6 +427,7 @@ def validate_k8s(root):
             if obj.get("kind") == "Job":
                 for c in containers(obj):
                     check_env_names(root, f"jobs/{name}", env_of(c))
+                    check_container_security(f"jobs/{name}", c)
         print(f"k8s: jobs/{name}: {len(objects)} objects")
 
 
@@ -372,6 +451,8 @@ def validate_compose(root):
         binary = command[0] if command else None
         if binary in ("cccoord", "ccworker") and not svc.get("healthcheck"):
             fail(f"compose:{name}", "a daemon without a healthcheck")
+        check_starts_secure(f"compose:{name}", command,
+                            svc.get("environment") or {})
         profiles = svc.get("profiles", [])
         if "gpu" in profiles:
             devices = (svc.get("deploy", {}).get("resources", {})

@@ -38,6 +38,21 @@ CASES = [
      "- name: CCL_METRIC_PORT", "CCL_METRIC_PORT is not read"),
     ("deploy/compose/compose.yaml", "  CCL_DRAIN_MS:", "  CCL_DRAIN:",
      "CCL_DRAIN is not read"),
+    ("deploy/compose/compose.yaml", "  CCL_INSECURE: \"1\"",
+     "  CCL_INSECURE: \"0\"", "refuses to start"),
+    ("deploy/k8s/base/worker.yaml",
+     "            - name: CCL_INSECURE\n              value: \"1\"\n", "",
+     "refuses to start"),
+    ("deploy/k8s/base/coordinator.yaml", "secretName: ccl-tokens",
+     "name: ccl-tokens", "missing required field 'secretName'"),
+    ("deploy/k8s/base/worker.yaml", "mountPath: /etc/ccl/tokens",
+     "mountPath: /etc/ccl/secrets", "is not under a volumeMount"),
+    ("deploy/k8s/base/worker.yaml", "            - name: CCL_INSECURE\n",
+     "            - name: CCL_TLS_CERT\n              value: "
+     "/etc/ccl/tokens/tls.crt\n            - name: CCL_INSECURE\n",
+     "gRPC probe is plaintext only"),
+    ("deploy/k8s/jobs/ccctl-experiment.yaml", "- name: CCL_TOKEN_FILE",
+     "- name: CCL_TOKENFILE", "CCL_TOKENFILE is not read"),
     ("docker/Dockerfile.cpu", "USER 10001:10001", "USER root",
      "non-root USER"),
     ("docker/Dockerfile.cpu", "COPY --from=build /out/bin/",
@@ -55,7 +70,7 @@ def copy_tree(dest):
     for name in ("deploy", "docker"):
         shutil.copytree(os.path.join(ROOT, name), os.path.join(dest, name))
     for path in ("server/main.cc", "coordinator/main.cc",
-                 "client/ccctl/common.cc"):
+                 "client/ccctl/common.cc", "common/credentials.cc"):
         os.makedirs(os.path.dirname(os.path.join(dest, path)), exist_ok=True)
         shutil.copy(os.path.join(ROOT, path), os.path.join(dest, path))
     shutil.copy(os.path.join(ROOT, ".dockerignore"), dest)
