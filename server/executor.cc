@@ -174,7 +174,8 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
   // same moment, so missing marks mean missing ranks. A lost peer fails
   // its neighbours at once and the rest only at their timeout, which would
   // misname ranks still waiting.
-  if (diagnose_ && absl::IsDeadlineExceeded(status)) {
+  if (diagnose_ && absl::IsDeadlineExceeded(status) &&
+      task->involves_every_rank()) {
     if (std::string why = diagnose_(task->seq()); !why.empty()) {
       status = absl::Status(status.code(),
                             absl::StrCat(status.message(), "; ", why));

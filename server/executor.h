@@ -51,6 +51,9 @@ class ExecutorTask {
   // Errors mean nothing is in flight.
   virtual absl::StatusOr<std::unique_ptr<CommWork>> Launch(
       Communicator& comm) = 0;
+  // Whether every rank of the group takes part (a collective), so that a
+  // rank that never reached the seq is worth naming; send/recv involve two.
+  virtual bool involves_every_rank() const { return true; }
   // Called exactly once: with the op's result, or with the reason it was
   // never run (cancelled at shutdown). Must not block.
   virtual void Complete(absl::Status status, double device_us) = 0;
@@ -135,6 +138,10 @@ class OpWork final : public Work, public ExecutorTask {
   // ExecutorTask.
   int64_t seq() const override { return spec_.seq; }
   std::chrono::milliseconds timeout() const override { return op_.timeout; }
+  bool involves_every_rank() const override {
+    return op_.kind != OpKind::kSend && op_.kind != OpKind::kRecv &&
+           op_.kind != OpKind::kNop;
+  }
   void Start() override;
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(Communicator& comm) override;
   void Complete(absl::Status status, double device_us) override;

@@ -187,7 +187,14 @@ int RunCollective(Globals& globals, const OpCommand& command,
             return (*client)->Alloc(rank, request);
           });
       for (const auto& r : results) {
-        if (!r.result.ok()) return r.result.status();
+        if (!r.result.ok()) {
+          // Which rank failed is what a person needs (a stopped or dead
+          // worker shows up here first).
+          return absl::Status(
+              r.result.status().code(),
+              absl::StrCat("rank ", r.rank, ": allocating ", name, ": ",
+                           r.result.status().message()));
+        }
       }
       temporaries.push_back(name);
       return absl::OkStatus();

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -153,6 +154,20 @@ class FailureTest : public ::testing::Test {
     EXPECT_EQ(summary->head(0), rank);
     EXPECT_EQ(summary->head(1), rank + 1);
     EXPECT_EQ(summary->sum(), 4096.0 * 4095 / 2 + 4096.0 * rank);
+  }
+
+  // Every worker's threads, when a worker stopped answering: what a hang
+  // report needs. Uses gdb when the machine has it.
+  void DumpStacks() {
+    for (int r = 0; r < kWorkers; ++r) {
+      if (!cluster_->worker(r).running()) continue;
+      const std::string command = absl::StrCat(
+          "command -v gdb >/dev/null && gdb -p ", cluster_->worker(r).pid(),
+          " -batch -ex 'thread apply all bt 25' 2>/dev/null | grep -E "
+          "'^Thread|^#' >&2");
+      std::fprintf(stderr, "----- threads of worker %d -----\n", r);
+      (void)std::system(command.c_str());
+    }
   }
 
   std::unique_ptr<testing::LocalCluster> cluster_;
@@ -438,6 +453,7 @@ TEST_F(FailureTest, ConcurrentClientsDuringAFailureNeverHang) {
   std::this_thread::sleep_for(seconds(1));
   ASSERT_TRUE(cluster_->RestartWorker(1).ok());
   auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  if (!ready.ok()) DumpStacks();
   std::this_thread::sleep_for(seconds(1));
   stop = true;
   for (auto& thread : threads) thread.join();
