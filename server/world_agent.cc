@@ -72,12 +72,17 @@ absl::Status WorldAgent::Join() {
       return joined;
     }
     // The rendezvous failed (a peer died in it, or the generation moved
-    // on): register again, which gets the current generation.
-    spdlog::warn("ccworker: building the world failed: {}; joining again",
-                 joined.ToString());
+    // on). Its keys are spent: joining that generation again could read a
+    // peer's address from the failed attempt. Wait for the next generation
+    // (the heartbeat asks for one) and register into it.
+    spdlog::warn(
+        "ccworker: building the world failed: {}; waiting for the next "
+        "generation",
+        joined.ToString());
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_for(lock, std::chrono::milliseconds(200),
-                 [this] { return stop_; });
+    rejoin_ = false;
+    cv_.wait_until(lock, give_up, [this] { return stop_ || rejoin_; });
+    rejoin_ = false;
   }
 }
 
@@ -149,7 +154,14 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
       std::make_unique<CoordinatorKvStore>(coordinator_, generation));
   absl::Status formed =
       core_.FormWorld(rank, world_size, generation, *stores_.back());
-  if (!formed.ok()) return formed;
+  if (!formed.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failed_reason_ = std::string(formed.message());
+    }
+    failed_generation_ = generation;
+    return formed;
+  }
   SetState("ready");
   if (!first) {
     std::printf("ccworker rank %d of %d ready (generation %lld, backend %s)\n",
@@ -167,7 +179,13 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
   beat.set_worker_id(options_.registration.worker_id());
   beat.set_tensor_count(static_cast<int64_t>(core_.List().size()));
   beat.set_tensor_bytes(core_.BytesInUse());
-  if (core_.generation() == beat.generation()) {
+  if (failed_generation_ == beat.generation()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    beat.set_reform_reason(
+        absl::StrCat("building the communicators of "
+                     "generation ",
+                     beat.generation(), " failed: ", failed_reason_));
+  } else if (core_.generation() == beat.generation()) {
     if (absl::Status health = core_.CommunicatorHealth(); !health.ok()) {
       beat.set_reform_reason(std::string(health.message()));
     }
@@ -202,9 +220,10 @@ void WorldAgent::HeartbeatLoop() {
       const auto wake = std::min(next_beat, Clock::now() + kHealthPoll);
       if (cv_.wait_until(lock, wake, [this] { return stop_; })) return;
     }
-    const int64_t generation = core_.generation();
-    const bool broken = generation == registered_generation_ &&
-                        !core_.CommunicatorHealth().ok();
+    const int64_t generation = registered_generation_;
+    const bool broken =
+        failed_generation_ == generation ||
+        (core_.generation() == generation && !core_.CommunicatorHealth().ok());
     if (Clock::now() < next_beat &&
         !(broken && reported_broken != generation)) {
       continue;
@@ -243,11 +262,21 @@ void WorldAgent::Run() {
     absl::Status joined =
         Rejoin(/*first=*/false, Clock::time_point::max(), registration_failed);
     if (!joined.ok() && !StopRequested()) {
-      spdlog::warn("ccworker: re-joining the world failed: {}; trying again",
-                   joined.ToString());
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
-      rejoin_ = true;
+      if (registration_failed) {
+        spdlog::warn("ccworker: re-joining the world failed: {}; trying again",
+                     joined.ToString());
+        cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+        rejoin_ = true;
+      } else {
+        // As in Join: that generation's rendezvous is spent; the heartbeat
+        // asks for the next one and flags the re-join when it comes.
+        spdlog::warn(
+            "ccworker: building the world failed: {}; waiting for the next "
+            "generation",
+            joined.ToString());
+        rejoin_ = false;
+      }
     }
   }
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
