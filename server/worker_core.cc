@@ -1337,6 +1337,7 @@ class WorkerCoreImpl final : public WorkerCore {
     op.seq = spec.seq;
     op.timeout =
         spec.timeout.count() > 0 ? spec.timeout : config_.default_op_timeout;
+    op.agree_first = spec.agree;
     if (spec.kind == OpKind::kBarrier || spec.kind == OpKind::kNop) return out;
 
     auto lookup =

@@ -82,6 +82,8 @@ struct OpSpec {
   int peer = 0;
   std::chrono::milliseconds timeout{0};  // 0: the worker's default
   int64_t generation = 0;                // 0: current
+  // Compare the op across ranks before it runs (see BoundOp::agree_first).
+  bool agree = true;
 };
 
 enum class WorkState { kQueued, kRunning, kCompleted, kFailed };

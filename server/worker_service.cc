@@ -302,6 +302,7 @@ absl::StatusOr<OpSpec> OpSpecFromProto(const v1::OpRequest& request) {
   }
   spec.timeout = std::chrono::milliseconds(request.timeout_ms());
   spec.generation = request.generation();
+  spec.agree = !request.skip_agreement();
   return spec;
 }
 

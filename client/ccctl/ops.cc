@@ -42,6 +42,7 @@ struct OpArgs {
   int64_t limit = 8;
   double scale = 1.0;
   bool async = false;
+  bool skip_agreement = false;
 };
 
 // How the hello-world mode sizes its temporary tensors: the input holds
@@ -163,6 +164,7 @@ int RunCollective(Globals& globals, const OpCommand& command,
   op.set_premul_scale(args.scale);
   op.set_root(args.root);
   op.set_async(args.async);
+  op.set_skip_agreement(args.skip_agreement);
 
   // Hello world: temporary tensors holding rank+1, freed afterwards.
   const bool hello = args.tensor.empty() && args.input.empty() &&
@@ -433,6 +435,10 @@ void AddOpCommands(CLI::App& app, Globals& globals, int& exit_code) {
                       "destination rank (a world rank, also with --group)")
           ->capture_default_str();
     }
+    sub->add_flag("--skip-agreement", args->skip_agreement,
+                  "don't compare the op across ranks first (saves a small "
+                  "exchange per op; a mismatch then hangs or corrupts "
+                  "instead of failing cleanly)");
     sub->add_flag("--async", args->async,
                   "return work ids at once (see ccctl wait)");
     sub->callback([&, args, command] {
