@@ -18,6 +18,7 @@
 #include "common/grpc_health.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
+#include "common/process_safety.h"
 #include "common/security_flags.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/coordinator_metrics.h"
@@ -48,6 +49,7 @@ std::string HostOf(const std::string& address) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ccl::PrepareDaemonProcess(argv[0]);
   // Blocked before any thread exists, so every thread inherits the mask and
   // the signals are only ever taken by sigwait below.
   sigset_t stop_signals;

@@ -22,6 +22,7 @@
 #include "common/hostname_rank.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
+#include "common/process_safety.h"
 #include "common/security_flags.h"
 #include "common/types.h"
 #include "server/worker_core.h"
@@ -89,6 +90,7 @@ class StopSignal {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ccl::PrepareDaemonProcess(argv[0]);
   CLI::App app{"ccworker: a collective-communication worker daemon"};
   std::string default_coordinator = EnvOr("CCL_COORDINATOR", "");
   if (default_coordinator.empty() && std::getenv("MASTER_ADDR")) {

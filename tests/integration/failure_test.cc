@@ -308,6 +308,67 @@ TEST_F(FailureTest, SigstopNamesTheStoppedRankAndTheWorldReforms) {
   ExpectCorrectAllReduce("check");
 }
 
+// A worker stopped in the middle of a large all_reduce, long enough that
+// its peers time out and close their connections, then resumed: its
+// transport writes to sockets nobody reads any more. That is an error for
+// the op, never a SIGPIPE that ends the process (it died that way in about
+// 2 of 5 rounds before the daemons ignored SIGPIPE); it re-joins the world
+// with its tensors and the next op is correct.
+TEST_F(FailureTest, ResumedMidOpAfterPeersGaveUpTheWorkerLivesOn) {
+  const int repeats = Repeats(20) / 4;
+  const int64_t n = kCuda ? (int64_t{1} << 28) : (int64_t{1} << 24);
+  for (int r = 0; r < kWorkers; ++r) AllocKeep(r);
+  for (int rep = 0; rep < repeats; ++rep) {
+    SCOPED_TRACE(absl::StrCat("repeat ", rep));
+    const int victim = rep % kWorkers;
+    auto client = Client(seconds(10));
+    ASSERT_NE(client, nullptr);
+    const int64_t generation = client->world().generation();
+    // A fresh name each round: the victim's op of the last round may still
+    // hold its tensor until that op's own timeout ends it.
+    const std::string big = absl::StrCat("big", rep);
+    for (int r = 0; r < kWorkers; ++r) {
+      if (rep > 0) (void)client->Free(r, absl::StrCat("big", rep - 1));
+      auto allocated = AllocOnDevice(
+          *client, r, Float32(big, n, v1::FILL_KIND_RANK_PLUS_ONE));
+      ASSERT_TRUE(allocated.ok()) << "rank " << r << ": " << allocated.status();
+    }
+    auto seq = client->ReserveSeq(1);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    std::vector<int64_t> work_ids(kWorkers, 0);
+    for (const auto& r :
+         client->FanOut<v1::OpResponse>(client->AllRanks(), [&](int rank) {
+           v1::OpRequest op = AllReduce(big, true);
+           op.set_seq(*seq);
+           op.set_generation(generation);
+           return Submit(*client, rank, op);
+         })) {
+      ASSERT_TRUE(r.result.ok()) << r.result.status();
+      work_ids[r.rank] = r.result->work_id();
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+    ASSERT_TRUE(cluster_->worker(victim).Signal(SIGSTOP).ok());
+    // The survivors give up on the op (and close their connections).
+    for (int r = 0; r < kWorkers; ++r) {
+      if (r == victim) continue;
+      auto waited = client->Wait(r, work_ids[r], kOpBound);
+      EXPECT_THAT(waited.status().message(),
+                  ::testing::Not(HasSubstr("still running")))
+          << "rank " << r << " hung: " << waited.status();
+    }
+    ASSERT_TRUE(cluster_->worker(victim).Signal(SIGCONT).ok());
+    auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+    ASSERT_TRUE(ready.ok()) << ready.status();
+    for (int r = 0; r < kWorkers; ++r) {
+      ASSERT_TRUE(cluster_->worker(r).running())
+          << "rank " << r << " died: " << cluster_->worker(r).ReadLog();
+      ExpectKeep(r);
+    }
+    ExpectCorrectAllReduce("check");
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The seed tutorial's trap: rank 1 receives from a rank 0 that never sends.
 // It fails in bounded time pointing at the missing send; the broken
 // communicator is rebuilt (a new generation) and the next collective works.

@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
 #include "gtest/gtest.h"
@@ -254,6 +257,67 @@ TEST(WorkerLifecycleTest, SigtermDeregistersAndExitsZero) {
   }
   EXPECT_TRUE(listed) << world.DebugString();
   // The other worker is still up.
+  EXPECT_TRUE((*client)->Info(0).ok());
+}
+
+// The signals a process ignores, from /proc (a bit per signal, hex).
+bool IgnoresSignal(pid_t pid, int signal) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigIgn:", 0) != 0) continue;
+    uint64_t mask = 0;
+    std::istringstream in(line.substr(7));
+    in >> std::hex >> mask;
+    return (mask >> (signal - 1)) & 1;
+  }
+  ADD_FAILURE() << "no SigIgn line for pid " << pid;
+  return false;
+}
+
+// A peer that died makes Gloo write to a closed socket; that must be an
+// error, not a SIGPIPE that kills the survivor. The harness starts every
+// daemon with SIGPIPE at its default, so this is the daemons' own doing.
+TEST(WorkerLifecycleTest, DaemonsIgnoreSigpipe) {
+  auto cluster = StartCluster({});
+  ASSERT_NE(cluster, nullptr);
+  EXPECT_TRUE(IgnoresSignal(cluster->coordinator().pid(), SIGPIPE));
+  EXPECT_TRUE(IgnoresSignal(cluster->worker(0).pid(), SIGPIPE));
+  EXPECT_TRUE(IgnoresSignal(cluster->worker(1).pid(), SIGPIPE));
+}
+
+// Whatever kills a worker anyway leaves the reason in its log: the signal
+// and a symbolized stack.
+TEST(WorkerLifecycleTest, AFatalSignalLeavesTheSignalAndAStackInTheLog) {
+  auto cluster = StartCluster({});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->worker(1).Signal(SIGSEGV).ok());
+  auto exit = cluster->worker(1).WaitForExit(seconds(20));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_FALSE(exit->exited) << exit->ToString();
+  EXPECT_EQ(exit->signal, SIGSEGV) << exit->ToString();
+  const std::string log = cluster->worker(1).ReadLog();
+  EXPECT_NE(log.find("SIGSEGV"), std::string::npos) << log;
+  // abseil's handler prints one "@ <address> <size> <symbol>" line a frame:
+  // several frames, some of them named.
+  int frames = 0;
+  int named = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("@ ");
+    if (at == std::string::npos || line.find("0x", at) == std::string::npos) {
+      continue;
+    }
+    ++frames;
+    if (line.size() < 9 || line.compare(line.size() - 9, 9, "(unknown)") != 0) {
+      ++named;
+    }
+  }
+  EXPECT_GE(frames, 3) << log;
+  EXPECT_GE(named, 1) << log;
+  // The other worker is still up.
+  auto client = cluster->Client();
+  ASSERT_TRUE(client.ok());
   EXPECT_TRUE((*client)->Info(0).ok());
 }
 

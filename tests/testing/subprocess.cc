@@ -128,6 +128,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Whatever the test runner was started with (a shell's `trap '' PIPE`
+    // is inherited across exec), each daemon starts from the default
+    // disposition, so a test sees what the daemon itself sets up.
+    signal(SIGPIPE, SIG_DFL);
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
