@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "ccl/v1/worker.grpc.pb.h"
-#include "client/coordinator_client.h"
+#include "coordinator/client/coordinator_client.h"
 
 namespace ccl {
 

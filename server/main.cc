@@ -17,7 +17,6 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "client/coordinator_client.h"
 #include "common/grpc_health.h"
 #include "common/hostname_rank.h"
 #include "common/logging.h"
@@ -25,10 +24,11 @@
 #include "common/process_safety.h"
 #include "common/security_flags.h"
 #include "common/types.h"
-#include "server/worker_core.h"
-#include "server/worker_metrics.h"
-#include "server/worker_service.h"
-#include "server/world_agent.h"
+#include "coordinator/client/coordinator_client.h"
+#include "server/core/worker_core.h"
+#include "server/core/worker_metrics.h"
+#include "server/rpc/worker_service.h"
+#include "server/rpc/world_agent.h"
 #include "spdlog/spdlog.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
-#include "client/coordinator_client.h"
+#include "coordinator/client/coordinator_client.h"
 
 namespace ccl::ctl {
 namespace {

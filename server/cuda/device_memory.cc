@@ -12,16 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
+#include "server/cuda/cuda_status.h"
 #include "server/cuda/fill_kernels.h"
-#include "server/fill.h"
-#include "server/nccl/nccl_host.h"
 
 namespace ccl::cuda {
 namespace {
 
-// Host fills (the few element-wise fills not done by a kernel) are computed
-// in chunks of this size and then copied through the pinned buffer.
-constexpr size_t kStagingBytes = 4 << 20;
 // Pinned staging buffer of each device, for host <-> device copies.
 constexpr size_t kPinnedBytes = 4 << 20;
 
@@ -66,11 +62,6 @@ bool EnsureStaging(PinnedStaging& staging) {
   return true;
 }
 
-bool IsConstant(FillKind kind) {
-  return kind == FillKind::kOnes || kind == FillKind::kConstant ||
-         kind == FillKind::kRank || kind == FillKind::kRankPlusOne;
-}
-
 }  // namespace
 
 int DeviceCount() {
@@ -100,7 +91,7 @@ absl::StatusOr<std::byte*> Malloc(int device, size_t bytes) {
           "out of device memory on cuda:", device, " allocating ", bytes,
           " bytes (", free_bytes, " of ", total_bytes, " bytes free)"));
     }
-    return nccl::CudaErrorStatus(e, "cudaMalloc", __FILE__, __LINE__);
+    return cuda::CudaErrorStatus(e, "cudaMalloc", __FILE__, __LINE__);
   }
   return static_cast<std::byte*>(p);
 }
@@ -162,59 +153,27 @@ absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) {
   return absl::OkStatus();
 }
 
-absl::Status FillDevice(int device, DType dtype, void* data, int64_t numel,
-                        const Fill& fill, int rank) {
-  if (numel <= 0 || fill.kind == FillKind::kUninitialized) {
-    return absl::OkStatus();
-  }
+absl::Status FillZeros(int device, void* data, size_t bytes) {
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  const size_t esize = DTypeSize(dtype);
-  const size_t bytes = static_cast<size_t>(numel) * esize;
-  if (fill.kind == FillKind::kZeros) {
-    CCL_CUDA_RETURN_IF_ERROR(cudaMemset(data, 0, bytes));
-    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    return absl::OkStatus();
-  }
-  if (IsConstant(fill.kind)) {
-    alignas(8) unsigned char pattern[8] = {};
-    StoreElement(dtype, pattern, 0, FillValue(fill, rank, 0));
-    CCL_CUDA_RETURN_IF_ERROR(LaunchReplicate(data, bytes, pattern,
-                                             static_cast<int>(esize), nullptr));
-    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    return absl::OkStatus();
-  }
-  // Element-wise fills: by a kernel running the same code as the host
-  // (fill_math.h), where that is bit-identical to FillBuffer.
-  if (auto params = ElementFillFor(fill, rank, numel); params.has_value()) {
-    CCL_CUDA_RETURN_IF_ERROR(
-        LaunchElementFill(ToFillDType(dtype), data, numel, *params, nullptr));
-    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-    return absl::OkStatus();
-  }
-  // The rest (affine fills that could overflow or meet a NaN): computed on
-  // the host (exactly FillBuffer's values and rounding) in chunks and
-  // copied through the pinned staging buffer.
-  std::vector<std::byte> staging;
-  try {
-    staging.resize(std::min(kStagingBytes, bytes));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError("out of host memory for fill staging");
-  }
-  const int64_t per_chunk = static_cast<int64_t>(staging.size() / esize);
-  auto* dst = static_cast<std::byte*>(data);
-  for (int64_t begin = 0; begin < numel; begin += per_chunk) {
-    const int64_t n = std::min(per_chunk, numel - begin);
-    for (int64_t i = 0; i < n; ++i) {
-      StoreElement(dtype, staging.data(), static_cast<size_t>(i),
-                   FillValue(fill, rank, begin + i));
-    }
-    if (absl::Status s =
-            CopyToDevice(device, dst + begin * esize, staging.data(),
-                         static_cast<size_t>(n) * esize);
-        !s.ok()) {
-      return s;
-    }
-  }
+  CCL_CUDA_RETURN_IF_ERROR(cudaMemset(data, 0, bytes));
+  CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+absl::Status FillRepeated(int device, void* data, size_t bytes,
+                          const void* pattern, int pattern_bytes) {
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CCL_CUDA_RETURN_IF_ERROR(
+      LaunchReplicate(data, bytes, pattern, pattern_bytes, nullptr));
+  CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+absl::Status FillElements(int device, FillDType dtype, void* data,
+                          int64_t numel, const ElementFillParams& params) {
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  CCL_CUDA_RETURN_IF_ERROR(
+      LaunchElementFill(dtype, data, numel, params, nullptr));
   CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();
 }

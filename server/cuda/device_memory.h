@@ -1,6 +1,6 @@
-// CUDA device memory for the tensor store: allocation, copies and fills on
-// one device. Every call sets the device on the calling thread first, so any
-// thread (gRPC, executor) may call. Compiled only when CCL_HAVE_CUDA.
+// CUDA device memory: allocation, copies and fills on one device. Every call
+// sets the device on the calling thread first, so any thread (gRPC, executor)
+// may call. Compiled only when CCL_HAVE_CUDA.
 #pragma once
 
 #include <cstddef>
@@ -8,8 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/types.h"
-#include "server/worker_core.h"
+#include "server/cuda/fill_math.h"
 
 namespace ccl::cuda {
 
@@ -30,12 +29,13 @@ void Free(int device, void* data);
 absl::Status CopyToDevice(int device, void* dst, const void* src, size_t bytes);
 absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes);
 
-// Same bytes as the host FillBuffer. Zeros and constants are written on the
-// device (memset / a replicating kernel), arange, arange + rank, random and
-// affine by an element-wise kernel (fill_math.h); only affine fills that
-// could overflow or produce a NaN (see ElementFillFor) are computed on the
-// host in chunks and copied.
-absl::Status FillDevice(int device, DType dtype, void* data, int64_t numel,
-                        const Fill& fill, int rank);
+// Fills, complete when they return: zeros; a repeated element pattern of
+// `pattern_bytes`; an element-wise fill computed by the same code as the
+// host's (fill_math.h), so the bytes are identical.
+absl::Status FillZeros(int device, void* data, size_t bytes);
+absl::Status FillRepeated(int device, void* data, size_t bytes,
+                          const void* pattern, int pattern_bytes);
+absl::Status FillElements(int device, FillDType dtype, void* data,
+                          int64_t numel, const ElementFillParams& params);
 
 }  // namespace ccl::cuda

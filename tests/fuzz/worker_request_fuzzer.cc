@@ -12,9 +12,9 @@
 #include <string>
 
 #include "google/protobuf/stubs/logging.h"
-#include "server/request_limits.h"
-#include "server/worker_core.h"
-#include "server/worker_service.h"
+#include "server/core/worker_core.h"
+#include "server/rpc/request_limits.h"
+#include "server/rpc/worker_service.h"
 #include "tests/testing/in_memory_kv_store.h"
 
 namespace ccl {

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "server/kv_store.h"
+#include "server/comm/kv_store.h"
 
 namespace ccl::testing {
 

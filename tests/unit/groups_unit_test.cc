@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "gtest/gtest.h"
-#include "server/worker_core.h"
+#include "server/core/worker_core.h"
 #include "tests/testing/in_memory_kv_store.h"
 
 namespace ccl {

@@ -1,13 +1,13 @@
 // The NCCL backend's host-side pieces (no GPU needed), and the worker core's
 // behaviour for cuda devices on a machine without one.
-#include "server/nccl/nccl_host.h"
+#include "server/comm/nccl/nccl_host.h"
 
 #include <cstring>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "server/core/worker_core.h"
 #include "server/cuda/device_memory.h"
-#include "server/worker_core.h"
 
 namespace ccl {
 namespace {
@@ -52,9 +52,9 @@ TEST(NcclHost, ErrorMapping) {
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(nccl::NcclResultCode(ncclInternalError),
             absl::StatusCode::kInternal);
-  EXPECT_EQ(nccl::CudaErrorCode(cudaErrorMemoryAllocation),
+  EXPECT_EQ(cuda::CudaErrorCode(cudaErrorMemoryAllocation),
             absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(nccl::CudaErrorCode(cudaErrorNoDevice),
+  EXPECT_EQ(cuda::CudaErrorCode(cudaErrorNoDevice),
             absl::StatusCode::kFailedPrecondition);
 
   absl::Status s = nccl::NcclErrorStatus(ncclInvalidArgument, "ncclFoo(x)",
@@ -68,7 +68,7 @@ TEST(NcclHost, ErrorMapping) {
       << s;
 
   absl::Status c =
-      nccl::CudaErrorStatus(cudaErrorMemoryAllocation, "cudaMalloc", "b.cc", 3);
+      cuda::CudaErrorStatus(cudaErrorMemoryAllocation, "cudaMalloc", "b.cc", 3);
   EXPECT_EQ(c.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(c.message().find("b.cc:3"), std::string::npos) << c;
   EXPECT_NE(c.message().find("cudaErrorMemoryAllocation"), std::string::npos)

@@ -13,7 +13,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/worker_metrics.h"
+#include "server/core/worker_metrics.h"
 
 namespace ccl {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "common/auth.h"
 #include "common/credentials.h"
-#include "server/request_limits.h"
+#include "server/rpc/request_limits.h"
 
 namespace ccl {
 namespace {

@@ -1,6 +1,6 @@
 // The worker's tensor store, through WorkerCore (no world needed) and
 // directly where the op-side API (Hold/Release) is involved.
-#include "server/tensor_store.h"
+#include "server/core/tensor_store.h"
 
 #include <cmath>
 #include <cstring>
@@ -10,8 +10,8 @@
 
 #include "common/element.h"
 #include "gtest/gtest.h"
-#include "server/fill.h"
-#include "server/worker_core.h"
+#include "server/core/fill.h"
+#include "server/core/worker_core.h"
 
 namespace ccl {
 namespace {
@@ -289,7 +289,7 @@ TEST(TensorStoreTest, Summarizes) {
 }
 
 TEST(TensorStoreTest, BusyTensorsRefuseHostAccess) {
-  TensorStore store(Device{}, 0);
+  TensorStore store(Device{}, 0, MakeHostMemory());
   ASSERT_TRUE(store.Alloc(Spec("t", DType::kFloat32, {4}), {}, 0).ok());
   auto tensor = store.Lookup("t");
   ASSERT_TRUE(tensor.ok());

@@ -1,0 +1,124 @@
+#include "coordinator/client/coordinator_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/grpc_status.h"
+
+namespace ccl {
+
+CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                                     std::chrono::milliseconds rpc_timeout)
+    : stub_(v1::Coordinator::NewStub(channel)), rpc_timeout_(rpc_timeout) {}
+
+std::unique_ptr<CoordinatorClient> CoordinatorClient::Connect(
+    const std::string& address, std::chrono::milliseconds rpc_timeout) {
+  // Default options make a plaintext channel, which cannot fail.
+  return *Connect(address, rpc_timeout, SecurityOptions());
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& address, std::chrono::milliseconds rpc_timeout,
+    const SecurityOptions& security) {
+  auto channel = MakeChannel(address, security);
+  if (!channel.ok()) return channel.status();
+  auto client = std::make_unique<CoordinatorClient>(*channel, rpc_timeout);
+  client->target_ = address;
+  return client;
+}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(
+    std::chrono::milliseconds extra) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + rpc_timeout_ +
+                        extra);
+  return context;
+}
+
+absl::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(
+    const v1::RegisterRequest& request) {
+  v1::RegisterResponse response;
+  auto context = Context(std::chrono::milliseconds(request.timeout_ms()));
+  absl::Status status =
+      FromGrpcStatus(stub_->Register(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  v1::HeartbeatResponse response;
+  auto context = Context();
+  absl::Status status =
+      FromGrpcStatus(stub_->Heartbeat(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::Status CoordinatorClient::Deregister(
+    const v1::DeregisterRequest& request) {
+  v1::DeregisterResponse response;
+  auto context = Context();
+  return FromGrpcStatus(stub_->Deregister(context.get(), request, &response));
+}
+
+absl::StatusOr<v1::World> CoordinatorClient::GetWorld() {
+  v1::World world;
+  auto context = Context();
+  absl::Status status = FromGrpcStatus(
+      stub_->GetWorld(context.get(), v1::GetWorldRequest(), &world));
+  if (!status.ok()) return status;
+  return world;
+}
+
+absl::Status CoordinatorClient::KvSet(int64_t generation,
+                                      const std::string& key,
+                                      const std::string& value) {
+  v1::KvSetRequest request;
+  request.set_generation(generation);
+  request.set_key(key);
+  request.set_value(value);
+  v1::KvSetResponse response;
+  auto context = Context();
+  return FromGrpcStatus(stub_->KvSet(context.get(), request, &response));
+}
+
+absl::StatusOr<std::string> CoordinatorClient::KvGet(int64_t generation,
+                                                     const std::string& key) {
+  v1::KvGetRequest request;
+  request.set_generation(generation);
+  request.set_key(key);
+  v1::KvGetResponse response;
+  auto context = Context();
+  absl::Status status =
+      FromGrpcStatus(stub_->KvGet(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response.value();
+}
+
+absl::Status CoordinatorClient::KvWait(int64_t generation,
+                                       const std::vector<std::string>& keys,
+                                       std::chrono::milliseconds timeout) {
+  v1::KvWaitRequest request;
+  request.set_generation(generation);
+  for (const auto& key : keys) request.add_keys(key);
+  request.set_timeout_ms(timeout.count());
+  v1::KvWaitResponse response;
+  auto context = Context(timeout);
+  return FromGrpcStatus(stub_->KvWait(context.get(), request, &response));
+}
+
+absl::StatusOr<int64_t> CoordinatorClient::ReserveSequence(
+    int64_t generation, const std::string& group, int64_t count) {
+  v1::ReserveSequenceRequest request;
+  request.set_generation(generation);
+  request.set_group(group);
+  request.set_count(count);
+  v1::ReserveSequenceResponse response;
+  auto context = Context();
+  absl::Status status =
+      FromGrpcStatus(stub_->ReserveSequence(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response.first();
+}
+
+}  // namespace ccl

@@ -1,0 +1,38 @@
+// Makes the world communicator of a generation for the worker's device: the
+// one place that names a backend (NCCL for CUDA devices, Gloo for the CPU),
+// as c10d picks a backend by the tensor's device. Subgroups come from
+// Communicator::Split.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/types.h"
+#include "server/comm/communicator.h"
+#include "server/comm/kv_store.h"
+
+namespace ccl {
+
+struct CommunicatorConfig {
+  Device device;
+  int rank = 0;
+  int size = 1;
+  // Rendezvous keys go under this ("gen3/world").
+  std::string prefix;
+  // Address Gloo's TCP transport binds to.
+  std::string data_host = "127.0.0.1";
+  // Bounds the rendezvous; also the backend's default op timeout.
+  std::chrono::milliseconds timeout{60000};
+};
+
+// Blocks until every rank joined or the timeout passed. `store` must
+// outlive the communicator and every communicator split from it.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
+    const CommunicatorConfig& config, KvStore& store);
+
+// "nccl" or "gloo": what MakeCommunicator gives `device`.
+std::string BackendFor(const Device& device);
+
+}  // namespace ccl

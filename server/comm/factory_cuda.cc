@@ -1,0 +1,29 @@
+// MakeCommunicator in a build with CUDA: NCCL for CUDA devices, Gloo for
+// the CPU.
+#include "server/comm/factory.h"
+#include "server/comm/gloo/gloo_communicator.h"
+#include "server/comm/nccl/nccl_communicator.h"
+
+namespace ccl {
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
+    const CommunicatorConfig& config, KvStore& store) {
+  if (config.device.kind == DeviceKind::kCuda) {
+    auto nccl =
+        NcclCommunicator::Create(config.rank, config.size, config.device.index,
+                                 config.prefix, store, config.timeout);
+    if (!nccl.ok()) return nccl.status();
+    return std::unique_ptr<Communicator>(*std::move(nccl));
+  }
+  auto gloo =
+      GlooCommunicator::Create(config.rank, config.size, config.data_host,
+                               config.prefix, store, config.timeout);
+  if (!gloo.ok()) return gloo.status();
+  return std::unique_ptr<Communicator>(*std::move(gloo));
+}
+
+std::string BackendFor(const Device& device) {
+  return device.kind == DeviceKind::kCuda ? "nccl" : "gloo";
+}
+
+}  // namespace ccl

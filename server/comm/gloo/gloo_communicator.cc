@@ -1,0 +1,635 @@
+#include "server/comm/gloo/gloo_communicator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/gather.h"
+#include "gloo/reduce.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/scatter.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "gloo/types.h"
+#include "server/comm/gloo/gloo_store.h"
+#include "server/comm/op_fingerprint.h"
+
+namespace ccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ReduceFunc = std::function<void(void*, const void*, const void*, size_t)>;
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// float16 elements. gloo::float16 is not used for arithmetic here: its copy
+// assignment (Gloo 0.5 types.h) compares the new value with the old through
+// an int conversion of the raw bits and skips the copy when they happen to
+// match, so a result written over stale memory can keep the stale bits.
+struct Half {
+  uint16_t bits;
+};
+static_assert(sizeof(Half) == 2);
+float HalfToFloat(Half h) {
+  gloo::float16 g;
+  g.x = h.bits;
+  return gloo::cpu_half2float(g);
+}
+Half FloatToHalf(float f) { return Half{gloo::cpu_float2half_rn(f).x}; }
+Half operator+(Half a, Half b) {
+  return FloatToHalf(HalfToFloat(a) + HalfToFloat(b));
+}
+Half operator*(Half a, Half b) {
+  return FloatToHalf(HalfToFloat(a) * HalfToFloat(b));
+}
+bool operator<(Half a, Half b) { return HalfToFloat(a) < HalfToFloat(b); }
+
+// Calls f(Tag<T>{}) for the element types Gloo can reduce; false otherwise.
+template <typename F>
+bool DispatchReducible(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32:
+      f(Tag<float>{});
+      return true;
+    case DType::kFloat64:
+      f(Tag<double>{});
+      return true;
+    case DType::kFloat16:
+      f(Tag<Half>{});
+      return true;
+    case DType::kInt8:
+      f(Tag<int8_t>{});
+      return true;
+    case DType::kUInt8:
+      f(Tag<uint8_t>{});
+      return true;
+    case DType::kInt32:
+      f(Tag<int32_t>{});
+      return true;
+    case DType::kInt64:
+      f(Tag<int64_t>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool CanReduce(DType dtype) {
+  return DispatchReducible(dtype, [](auto) {});
+}
+
+// Integer sums wrap (as NCCL's do); Half arithmetic goes through float and
+// rounds to nearest even.
+template <typename T>
+void SumFn(void* c, const void* a, const void* b, size_t n) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(x[i] + y[i]);
+}
+template <typename T>
+void ProdFn(void* c, const void* a, const void* b, size_t n) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(x[i] * y[i]);
+}
+template <typename T>
+void MinFn(void* c, const void* a, const void* b, size_t n) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = y[i] < x[i] ? y[i] : x[i];
+}
+template <typename T>
+void MaxFn(void* c, const void* a, const void* b, size_t n) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] < y[i] ? y[i] : x[i];
+}
+
+template <typename T>
+ReduceFunc ReduceFor(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProd:
+      return &ProdFn<T>;
+    case ReduceOp::kMin:
+      return &MinFn<T>;
+    case ReduceOp::kMax:
+      return &MaxFn<T>;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+    case ReduceOp::kPremulSum:
+      return &SumFn<T>;
+  }
+  return &SumFn<T>;
+}
+
+template <typename T>
+double ToDouble(T v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return HalfToFloat(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+template <typename T>
+T FromDouble(double v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return FloatToHalf(static_cast<float>(v));
+  } else if constexpr (std::is_integral_v<T>) {
+    // Saturate and truncate toward zero, like StoreElement.
+    if (std::isnan(v)) return 0;
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) {
+      return std::numeric_limits<T>::lowest();
+    }
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) {
+      return std::numeric_limits<T>::max();
+    }
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// premul_sum multiplies each rank's input before the sum (NCCL's
+// ncclRedOpCreatePreMulSum); done on a copy so the input stays intact.
+template <typename T>
+void ScaleCopy(T* dst, const T* src, size_t n, double scale) {
+  for (size_t i = 0; i < n; ++i)
+    dst[i] = FromDouble<T>(ToDouble(src[i]) * scale);
+}
+
+// avg is sum / world size; integer division truncates toward zero.
+template <typename T>
+void DivideBy(T* data, size_t n, int divisor) {
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      data[i] = static_cast<T>(data[i] / static_cast<T>(divisor));
+    } else {
+      data[i] = FromDouble<T>(ToDouble(data[i]) / divisor);
+    }
+  }
+}
+
+// Slots of send/recv live apart from those Gloo's collectives derive from
+// their tags; a send at seq k pairs with the recv at seq k.
+uint64_t P2PSlot(int64_t seq) {
+  return (uint64_t{0xCC} << 56) |
+         (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
+}
+
+bool LooksLikeTimeout(const std::string& message) {
+  return absl::StrContains(message, "Timed out") ||
+         absl::StrContains(message, "timed out") ||
+         absl::StrContains(message, "Timeout") ||
+         absl::StrContains(message, "timeout");
+}
+
+// The agreement exchange of seq k must not share a slot with the op itself.
+uint32_t AgreementTag(int64_t seq) {
+  return static_cast<uint32_t>(seq) ^ 0x80000000u;
+}
+uint64_t P2PHeaderSlot(int64_t seq) {
+  return (uint64_t{0xCD} << 56) |
+         (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
+}
+uint64_t P2PReplySlot(int64_t seq) {
+  return (uint64_t{0xCE} << 56) |
+         (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
+}
+
+double MicrosSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+void GlooCommunicator::FreeDeleter::operator()(std::byte* p) const {
+  std::free(p);
+}
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    int rank, int size, const std::string& data_host, const std::string& prefix,
+    KvStore& store, std::chrono::milliseconds timeout) {
+  const std::string where =
+      absl::StrCat("gloo rendezvous of rank ", rank, "/", size, " under '",
+                   prefix, "' (data host ", data_host, ")");
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = data_host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(timeout);
+    GlooKvStore kv(store, timeout);
+    gloo::rendezvous::PrefixStore prefixed(prefix, kv);
+    context->connectFullMesh(prefixed, device);
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
+        rank, size, data_host, prefix, &store, std::move(context)));
+  } catch (const gloo::IoException& e) {
+    const std::string message = absl::StrCat(where, ": ", e.what());
+    if (LooksLikeTimeout(e.what())) return absl::DeadlineExceededError(message);
+    return absl::UnavailableError(message);
+  } catch (const gloo::EnforceNotMet& e) {
+    return absl::InternalError(absl::StrCat(where, ": ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(where, ": out of memory"));
+  } catch (const std::exception& e) {
+    const std::string message = absl::StrCat(where, ": ", e.what());
+    if (LooksLikeTimeout(e.what())) return absl::DeadlineExceededError(message);
+    return absl::UnavailableError(message);
+  }
+}
+
+GlooCommunicator::GlooCommunicator(int rank, int size, std::string data_host,
+                                   std::string prefix, KvStore* store,
+                                   std::shared_ptr<gloo::Context> context)
+    : rank_(rank),
+      size_(size),
+      data_host_(std::move(data_host)),
+      prefix_(std::move(prefix)),
+      store_(store),
+      context_(std::move(context)) {}
+
+absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Split(
+    const std::vector<int>& members, const std::string& name,
+    std::chrono::milliseconds timeout) {
+  auto it = std::find(members.begin(), members.end(), rank_);
+  if (it == members.end()) return std::unique_ptr<Communicator>();
+  auto child = Create(static_cast<int>(it - members.begin()),
+                      static_cast<int>(members.size()), data_host_,
+                      absl::StrCat(prefix_, "/group/", name), *store_, timeout);
+  if (!child.ok()) return child.status();
+  return std::unique_ptr<Communicator>(*std::move(child));
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+absl::Status GlooCommunicator::Supports(OpKind kind, DType dtype,
+                                        ReduceOp reduce_op) const {
+  if (IsReduction(kind) && !CanReduce(dtype)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "gloo cannot reduce ", std::string(DTypeName(dtype)), " (",
+        std::string(OpKindName(kind)), "); use float32 or the NCCL backend"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::Health() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return broken_;
+}
+
+void GlooCommunicator::Abort(const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.ok()) broken_ = why;
+    if (closed_) return;
+    closed_ = true;
+  }
+  // Closing this rank's connections is what ncclCommAbort does for NCCL:
+  // peers still blocked in an op with this rank fail at once with a closed
+  // connection instead of waiting for their own timeout.
+  try {
+    context_->closeConnections();
+  } catch (const std::exception& e) {
+    std::cerr << "[ccl gloo] closing connections: " << e.what() << std::endl;
+  }
+}
+
+std::byte* GlooCommunicator::Scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    scratch_.reset();
+    scratch_bytes_ = 0;
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(64, rounded));
+    if (p == nullptr) throw std::bad_alloc();
+    scratch_.reset(p);
+    scratch_bytes_ = rounded;
+  }
+  return scratch_.get();
+}
+
+absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
+    const BoundOp& op) {
+  if (absl::Status health = Health(); !health.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gloo communicator is broken by an earlier error: ",
+                     health.ToString()));
+  }
+  if (absl::Status s = Supports(op.kind, op.dtype, op.reduce_op); !s.ok()) {
+    return s;
+  }
+  const std::string where =
+      absl::StrCat("gloo ", std::string(OpKindName(op.kind)), " seq ", op.seq,
+                   " at rank ", rank_, "/", size_);
+  const Clock::time_point start = Clock::now();
+  absl::Status status;
+  bool poison = false;
+  try {
+    status = Run(op);
+  } catch (const gloo::IoException& e) {
+    poison = true;
+    const std::string message = absl::StrCat(where, ": ", e.what());
+    status = LooksLikeTimeout(e.what()) ? absl::DeadlineExceededError(message)
+                                        : absl::UnavailableError(message);
+  } catch (const gloo::Exception& e) {
+    poison = true;
+    status = absl::UnavailableError(absl::StrCat(where, ": ", e.what()));
+  } catch (const gloo::EnforceNotMet& e) {
+    status = absl::InternalError(absl::StrCat(where, ": ", e.what()));
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat(where, ": out of host memory for a staging buffer"));
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat(where, ": ", e.what()));
+  }
+  if (poison) Abort(status);
+  return std::make_unique<CompletedWork>(std::move(status), MicrosSince(start));
+}
+
+absl::Status GlooCommunicator::Run(const BoundOp& op) {
+  const size_t esize = DTypeSize(op.dtype);
+  const size_t n = static_cast<size_t>(op.count);
+  const size_t bytes = n * esize;
+  const size_t world = static_cast<size_t>(size_);
+  const uint32_t tag = static_cast<uint32_t>(op.seq);
+  // Gloo rejects non-positive timeouts in some options.
+  const std::chrono::milliseconds timeout =
+      std::max(op.timeout, std::chrono::milliseconds(1));
+  auto buffer = [&](const void* p, size_t size) {
+    return context_->createUnboundBuffer(const_cast<void*>(p), size);
+  };
+  auto* in_bytes = static_cast<const std::byte*>(op.input);
+  auto* out_bytes = static_cast<std::byte*>(op.output);
+
+  if (op.kind == OpKind::kNop) return absl::OkStatus();
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) return SendRecv(op);
+  if (op.agree_first) CCL_RETURN_IF_ERROR(AgreeCollective(op));
+  if (op.kind == OpKind::kBarrier) {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(timeout);
+    gloo::barrier(opts);
+    return absl::OkStatus();
+  }
+  // Empty tensors move nothing; every rank agrees on that without talking.
+  if (n == 0) return absl::OkStatus();
+
+  switch (op.kind) {
+    case OpKind::kAllReduce: {
+      DispatchReducible(op.dtype, [&](auto t) {
+        using T = typename decltype(t)::type;
+        T* out = static_cast<T*>(op.output);
+        const T* in = static_cast<const T*>(op.input);
+        if (op.reduce_op == ReduceOp::kPremulSum) {
+          ScaleCopy<T>(out, in, n, op.premul_scale);
+          in = out;
+        }
+        gloo::AllreduceOptions opts(context_);
+        if (in != out) opts.setInput<T>(const_cast<T*>(in), n);
+        opts.setOutput<T>(out, n);
+        opts.setReduceFunction(ReduceFor<T>(op.reduce_op));
+        opts.setTag(tag);
+        opts.setTimeout(timeout);
+        gloo::allreduce(opts);
+        if (op.reduce_op == ReduceOp::kAvg) DivideBy<T>(out, n, size_);
+      });
+      return absl::OkStatus();
+    }
+    case OpKind::kBroadcast: {
+      gloo::BroadcastOptions opts(context_);
+      if (rank_ == op.root && op.input != op.output) {
+        opts.setInput<uint8_t>(buffer(op.input, bytes));
+      }
+      opts.setOutput<uint8_t>(buffer(op.output, bytes));
+      opts.setRoot(op.root);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::broadcast(opts);
+      return absl::OkStatus();
+    }
+    case OpKind::kReduce: {
+      // Off the root Gloo uses its output as workspace; pointing it at
+      // scratch leaves the caller's tensors on non-root ranks unchanged.
+      DispatchReducible(op.dtype, [&](auto t) {
+        using T = typename decltype(t)::type;
+        T* work = rank_ == op.root ? static_cast<T*>(op.output)
+                                   : reinterpret_cast<T*>(Scratch(bytes));
+        const T* in = static_cast<const T*>(op.input);
+        // Gloo's reduce accumulates into the output buffer of every rank
+        // without first copying the input there, so a separate input would
+        // mix in whatever the buffer held (stale scratch off the root).
+        // Running in place on a copy avoids that.
+        if (op.reduce_op == ReduceOp::kPremulSum) {
+          ScaleCopy<T>(work, in, n, op.premul_scale);
+        } else if (in != work) {
+          std::memcpy(static_cast<void*>(work), in, n * sizeof(T));
+        }
+        gloo::ReduceOptions opts(context_);
+        opts.setOutput<T>(work, n);
+        opts.setRoot(op.root);
+        opts.setReduceFunction(ReduceFor<T>(op.reduce_op));
+        opts.setTag(tag);
+        opts.setTimeout(timeout);
+        gloo::reduce(opts);
+        if (op.reduce_op == ReduceOp::kAvg && rank_ == op.root) {
+          DivideBy<T>(work, n, size_);
+        }
+      });
+      return absl::OkStatus();
+    }
+    case OpKind::kAllGather: {
+      gloo::AllgatherOptions opts(context_);
+      if (in_bytes != out_bytes + rank_ * bytes) {
+        opts.setInput<uint8_t>(buffer(op.input, bytes));
+      }
+      opts.setOutput<uint8_t>(buffer(op.output, world * bytes));
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::allgather(opts);
+      return absl::OkStatus();
+    }
+    case OpKind::kReduceScatter: {
+      // Gloo 0.5 has no options-style reduce_scatter, so this all-reduces
+      // the whole input into scratch and keeps this rank's chunk: about 2x
+      // the bytes on the wire of a real reduce-scatter, and world * count
+      // elements of scratch.
+      DispatchReducible(op.dtype, [&](auto t) {
+        using T = typename decltype(t)::type;
+        const size_t total = world * n;
+        T* scratch = reinterpret_cast<T*>(Scratch(total * sizeof(T)));
+        const T* in = static_cast<const T*>(op.input);
+        if (op.reduce_op == ReduceOp::kPremulSum) {
+          ScaleCopy<T>(scratch, in, total, op.premul_scale);
+          in = scratch;
+        }
+        gloo::AllreduceOptions opts(context_);
+        if (in != scratch) opts.setInput<T>(const_cast<T*>(in), total);
+        opts.setOutput<T>(scratch, total);
+        opts.setReduceFunction(ReduceFor<T>(op.reduce_op));
+        opts.setTag(tag);
+        opts.setTimeout(timeout);
+        gloo::allreduce(opts);
+        T* out = static_cast<T*>(op.output);
+        std::memcpy(static_cast<void*>(out), scratch + rank_ * n,
+                    n * sizeof(T));
+        if (op.reduce_op == ReduceOp::kAvg) DivideBy<T>(out, n, size_);
+      });
+      return absl::OkStatus();
+    }
+    case OpKind::kGather: {
+      gloo::GatherOptions opts(context_);
+      opts.setInput<uint8_t>(buffer(op.input, bytes));
+      // In place at the root Gloo copies the root's chunk onto itself,
+      // which is harmless.
+      if (rank_ == op.root) {
+        opts.setOutput<uint8_t>(buffer(op.output, world * bytes));
+      }
+      opts.setRoot(op.root);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::gather(opts);
+      return absl::OkStatus();
+    }
+    case OpKind::kScatter: {
+      gloo::ScatterOptions opts(context_);
+      if (rank_ == op.root) {
+        std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inputs;
+        inputs.reserve(world);
+        for (size_t j = 0; j < world; ++j) {
+          inputs.push_back(buffer(in_bytes + j * bytes, bytes));
+        }
+        opts.setInputs<uint8_t>(std::move(inputs));
+      }
+      opts.setOutput<uint8_t>(buffer(op.output, bytes));
+      opts.setRoot(op.root);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::scatter(opts);
+      return absl::OkStatus();
+    }
+    case OpKind::kAllToAll: {
+      // Gloo receives into chunks it may not have sent yet, so in place
+      // needs a staged copy of the input.
+      const void* in = op.input;
+      if (op.input == op.output) {
+        std::byte* scratch = Scratch(world * bytes);
+        std::memcpy(scratch, op.input, world * bytes);
+        in = scratch;
+      }
+      gloo::AlltoallOptions opts(context_);
+      opts.setInput<uint8_t>(buffer(in, world * bytes));
+      opts.setOutput<uint8_t>(buffer(op.output, world * bytes));
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      gloo::alltoall(opts);
+      return absl::OkStatus();
+    }
+    case OpKind::kSend:
+    case OpKind::kRecv:
+    case OpKind::kBarrier:
+    case OpKind::kNop:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {
+  std::vector<OpFingerprint> all(static_cast<size_t>(size_));
+  OpFingerprint mine = FingerprintOf(op, rank_);
+  gloo::AllgatherOptions opts(context_);
+  opts.setInput<uint8_t>(reinterpret_cast<uint8_t*>(&mine), sizeof(mine));
+  opts.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(all.data()),
+                          all.size() * sizeof(OpFingerprint));
+  opts.setTag(AgreementTag(op.seq));
+  opts.setTimeout(std::max(op.timeout, std::chrono::milliseconds(1)));
+  gloo::allgather(opts);
+  return CompareCollective(op.seq, all);
+}
+
+absl::Status GlooCommunicator::SendRecv(const BoundOp& op) {
+  const bool sending = op.kind == OpKind::kSend;
+  const size_t bytes = static_cast<size_t>(op.count) * DTypeSize(op.dtype);
+  const std::chrono::milliseconds timeout =
+      std::max(op.timeout, std::chrono::milliseconds(1));
+  const std::string what =
+      absl::StrCat(sending ? "send to rank " : "recv from rank ", op.peer,
+                   " at seq ", op.seq);
+  // Header from the sender, reply from the receiver: each learns the other's
+  // view before data moves, and a lone send or recv times out on a few
+  // bytes rather than with a buffer Gloo may still write into.
+  auto mine = std::make_unique<OpFingerprint>(FingerprintOf(op, rank_));
+  auto theirs = std::make_unique<std::byte[]>(sizeof(OpFingerprint));
+  auto mine_buffer =
+      context_->createUnboundBuffer(mine.get(), sizeof(OpFingerprint));
+  auto theirs_buffer =
+      context_->createUnboundBuffer(theirs.get(), sizeof(OpFingerprint));
+  const uint64_t send_slot =
+      sending ? P2PHeaderSlot(op.seq) : P2PReplySlot(op.seq);
+  const uint64_t recv_slot =
+      sending ? P2PReplySlot(op.seq) : P2PHeaderSlot(op.seq);
+  theirs_buffer->recv(op.peer, recv_slot);
+  mine_buffer->send(op.peer, send_slot);
+  try {
+    theirs_buffer->waitRecv(timeout);
+  } catch (const gloo::IoException& e) {
+    // Gloo keeps the posted recv and send: their memory must outlive this
+    // call (the communicator is broken from here on anyway).
+    abandoned_.push_back(std::shared_ptr<void>(std::move(theirs)));
+    abandoned_.push_back(std::shared_ptr<void>(std::move(mine)));
+    abandoned_.push_back(std::shared_ptr<void>(std::move(theirs_buffer)));
+    abandoned_.push_back(std::shared_ptr<void>(std::move(mine_buffer)));
+    if (!LooksLikeTimeout(e.what())) throw;
+    absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+        what, ": rank ", op.peer, " posted no matching ",
+        sending ? "recv" : "send", " within ", timeout.count(),
+        " ms (it may have run a different op at this seq, or none)"));
+    // Gloo closes the pair on a timeout: later ops need a new communicator.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.ok()) broken_ = status;
+    return status;
+  }
+  mine_buffer->waitSend(timeout);
+  OpFingerprint peer_view;
+  std::memcpy(&peer_view, theirs.get(), sizeof(peer_view));
+  CCL_RETURN_IF_ERROR(ComparePointToPoint(op.seq, *mine, peer_view));
+  if (bytes == 0) return absl::OkStatus();
+  auto data = context_->createUnboundBuffer(
+      sending ? const_cast<void*>(op.input) : op.output, bytes);
+  if (sending) {
+    data->send(op.peer, P2PSlot(op.seq));
+    data->waitSend(timeout);
+  } else {
+    data->recv(op.peer, P2PSlot(op.seq));
+    data->waitRecv(timeout);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ccl

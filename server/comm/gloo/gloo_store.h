@@ -1,0 +1,31 @@
+// Gloo's rendezvous store over the coordinator's KV store. Gloo expects
+// failures as exceptions; they are caught where Gloo is called (FormWorld)
+// and turned back into a Status there.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "gloo/rendezvous/store.h"
+#include "server/comm/kv_store.h"
+
+namespace ccl {
+
+class GlooKvStore : public gloo::rendezvous::Store {
+ public:
+  // `timeout` bounds get() and the waits Gloo issues without a timeout.
+  GlooKvStore(KvStore& store, std::chrono::milliseconds timeout);
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+ private:
+  KvStore& store_;
+  const std::chrono::milliseconds timeout_;
+};
+
+}  // namespace ccl

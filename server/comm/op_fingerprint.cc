@@ -1,0 +1,76 @@
+#include "server/comm/op_fingerprint.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ccl {
+namespace {
+
+bool SameCollective(const OpFingerprint& a, const OpFingerprint& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
+         a.count == b.count && a.root == b.root;
+}
+
+}  // namespace
+
+OpFingerprint FingerprintOf(const BoundOp& op, int rank) {
+  const bool reduction = IsReduction(op.kind);
+  const bool rooted = HasRoot(op.kind);
+  return OpFingerprint{rank,
+                       static_cast<int32_t>(op.kind),
+                       static_cast<int32_t>(op.dtype),
+                       reduction ? static_cast<int32_t>(op.reduce_op) : -1,
+                       op.count,
+                       rooted ? op.root : -1,
+                       op.peer};
+}
+
+std::string Describe(const OpFingerprint& f) {
+  const auto kind = static_cast<OpKind>(f.kind);
+  std::string text =
+      absl::StrCat("rank ", f.rank, " runs ", std::string(OpKindName(kind)));
+  if (kind == OpKind::kBarrier || kind == OpKind::kNop) return text;
+  if (kind == OpKind::kSend) absl::StrAppend(&text, " to rank ", f.peer);
+  if (kind == OpKind::kRecv) absl::StrAppend(&text, " from rank ", f.peer);
+  absl::StrAppend(&text, " of ", f.count, " ",
+                  std::string(DTypeName(static_cast<DType>(f.dtype))));
+  if (f.reduce_op >= 0) {
+    absl::StrAppend(
+        &text, " (",
+        std::string(ReduceOpName(static_cast<ReduceOp>(f.reduce_op))), ")");
+  }
+  if (f.root >= 0) absl::StrAppend(&text, " with root ", f.root);
+  return text;
+}
+
+absl::Status CompareCollective(int64_t seq,
+                               const std::vector<OpFingerprint>& all) {
+  if (all.empty()) return absl::OkStatus();
+  std::vector<std::string> differing;
+  for (const OpFingerprint& other : all) {
+    if (!SameCollective(other, all[0])) differing.push_back(Describe(other));
+  }
+  if (differing.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "ranks disagree on seq ", seq, ": ", Describe(all[0]), "; ",
+      absl::StrJoin(differing, "; "),
+      ". Nothing was sent; check the shapes and dtypes of the tensors on each "
+      "rank"));
+}
+
+absl::Status ComparePointToPoint(int64_t seq, const OpFingerprint& mine,
+                                 const OpFingerprint& theirs) {
+  const OpKind expected = static_cast<OpKind>(mine.kind) == OpKind::kSend
+                              ? OpKind::kRecv
+                              : OpKind::kSend;
+  if (static_cast<OpKind>(theirs.kind) != expected ||
+      theirs.peer != mine.rank || theirs.dtype != mine.dtype ||
+      theirs.count != mine.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "send and recv do not match at seq ", seq, ": ", Describe(mine),
+        " but ", Describe(theirs), ". Nothing was sent"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ccl

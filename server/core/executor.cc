@@ -1,0 +1,203 @@
+#include "server/core/executor.h"
+
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ccl {
+namespace {
+
+std::string SecondsString(std::chrono::milliseconds ms) {
+  if (ms.count() % 1000 == 0) return absl::StrCat(ms.count() / 1000, "s");
+  return absl::StrCat(ms.count(), "ms");
+}
+
+}  // namespace
+
+Executor::Executor(std::string group, int rank,
+                   std::shared_ptr<Communicator> comm,
+                   std::chrono::milliseconds gap_timeout, Diagnosis diagnose)
+    : group_(std::move(group)),
+      rank_(rank),
+      comm_(std::move(comm)),
+      gap_timeout_(gap_timeout),
+      diagnose_(std::move(diagnose)) {
+  launch_thread_ = std::thread([this] { LaunchLoop(); });
+  completion_thread_ = std::thread([this] { CompletionLoop(); });
+}
+
+Executor::~Executor() {
+  Stop(absl::CancelledError(
+      absl::StrCat("group ", group_, " was shut down before the op ran")));
+}
+
+absl::Status Executor::Enqueue(std::shared_ptr<ExecutorTask> task) {
+  const int64_t seq = task->seq();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_) {
+    return absl::AbortedError(absl::StrCat(
+        "group ", group_, " is shut down; seq ", seq, " was not queued"));
+  }
+  if (seq < next_seq_) {
+    auto it = lost_.upper_bound(seq);
+    if (it != lost_.begin()) {
+      --it;
+      if (seq >= it->first && seq < it->second.first) {
+        return absl::DeadlineExceededError(it->second.second);
+      }
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "seq ", seq, " of group ", group_, " was already run at rank ", rank_,
+        " (next seq is ", next_seq_, "); reserve a new one"));
+  }
+  if (!pending_.emplace(seq, task).second) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "seq ", seq, " of group ", group_, " is already queued at rank ", rank_,
+        "; each seq takes exactly one op"));
+  }
+  launch_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+int64_t Executor::next_seq() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_seq_;
+}
+
+std::string Executor::state() const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return "stopped";
+  }
+  return comm_->Health().ok() ? "ready" : "broken";
+}
+
+void Executor::LaunchLoop() {
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> gap_since;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    if (stopping_) break;
+    if (pending_.empty()) {
+      gap_since.reset();
+      launch_cv_.wait(lock);
+      continue;
+    }
+    auto first = pending_.begin();
+    if (first->first != next_seq_) {
+      // Later ops are queued but next_seq_ is missing.
+      const Clock::time_point now = Clock::now();
+      if (!gap_since) gap_since = now;
+      if (now - *gap_since < gap_timeout_) {
+        launch_cv_.wait_until(lock, *gap_since + gap_timeout_);
+        continue;
+      }
+      const int64_t begin = next_seq_;
+      const int64_t end = first->first;
+      std::string reason =
+          end - begin == 1
+              ? absl::StrCat("seq ", begin, " of group ", group_,
+                             " never arrived at rank ", rank_, " within ",
+                             SecondsString(gap_timeout_), " (seq ", end,
+                             " was waiting behind it); the "
+                             "client that reserved it may have died, so it "
+                             "was skipped")
+              : absl::StrCat("seqs ", begin, "..", end - 1, " of group ",
+                             group_, " never arrived at rank ", rank_,
+                             " within ", SecondsString(gap_timeout_), " (seq ",
+                             end,
+                             " was waiting behind them); the "
+                             "client that reserved them may have died, so "
+                             "they were skipped");
+      std::cerr << "[ccl executor] " << reason << std::endl;
+      lost_.emplace(begin, std::make_pair(end, std::move(reason)));
+      next_seq_ = end;
+      gap_since.reset();
+      continue;
+    }
+    gap_since.reset();
+    std::shared_ptr<ExecutorTask> task = std::move(first->second);
+    pending_.erase(first);
+    ++next_seq_;
+    lock.unlock();
+
+    task->Start();
+    absl::StatusOr<std::unique_ptr<CommWork>> handle;
+    if (absl::Status health = comm_->Health(); !health.ok()) {
+      handle = absl::FailedPreconditionError(
+          absl::StrCat("the ", comm_->name(), " communicator of group ", group_,
+                       " is broken by an earlier error, so seq ", task->seq(),
+                       " was not run; form a new generation. Earlier error: ",
+                       health.ToString()));
+    } else {
+      handle = task->Launch(*comm_);
+    }
+
+    lock.lock();
+    if (!handle.ok()) {
+      // Keep completions in seq order behind anything still in flight.
+      in_flight_.push_back(
+          {task, std::make_unique<CompletedWork>(handle.status(), 0)});
+      completion_cv_.notify_all();
+    } else if (in_flight_.empty() && (*handle)->IsCompleted()) {
+      lock.unlock();
+      Finish(std::move(task), *std::move(handle));
+      lock.lock();
+    } else {
+      in_flight_.push_back({task, *std::move(handle)});
+      completion_cv_.notify_all();
+    }
+  }
+  // Stopping: nothing queued runs any more.
+  stopped_ = true;
+  completion_cv_.notify_all();
+}
+
+void Executor::Finish(std::shared_ptr<ExecutorTask> task,
+                      std::unique_ptr<CommWork> handle) {
+  absl::Status status = handle->Wait(task->timeout());
+  if (absl::IsDeadlineExceeded(status) && !handle->IsCompleted()) {
+    handle->Abort();
+  }
+  // Only a timeout: every rank that reached the op times out at about the
+  // same moment, so missing marks mean missing ranks. A lost peer fails
+  // its neighbours at once and the rest only at their timeout, which would
+  // misname ranks still waiting.
+  if (diagnose_ && absl::IsDeadlineExceeded(status) &&
+      task->involves_every_rank()) {
+    if (std::string why = diagnose_(task->seq()); !why.empty()) {
+      status = absl::Status(status.code(),
+                            absl::StrCat(status.message(), "; ", why));
+    }
+  }
+  task->Complete(std::move(status), handle->DeviceMicros());
+}
+
+void Executor::CompletionLoop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    completion_cv_.wait(lock, [&] { return !in_flight_.empty() || stopped_; });
+    if (in_flight_.empty()) break;  // stopped and drained
+    InFlight item = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    lock.unlock();
+    Finish(std::move(item.task), std::move(item.handle));
+    lock.lock();
+  }
+}
+
+void Executor::Stop(absl::Status reason) {
+  std::map<int64_t, std::shared_ptr<ExecutorTask>> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    cancelled.swap(pending_);
+    launch_cv_.notify_all();
+  }
+  for (auto& [seq, task] : cancelled) task->Complete(reason, 0);
+  if (launch_thread_.joinable()) launch_thread_.join();
+  if (completion_thread_.joinable()) completion_thread_.join();
+}
+
+}  // namespace ccl

@@ -1,0 +1,121 @@
+// The ordered executor of one group.
+//
+// Every op of a group carries a sequence number; every rank runs the group's
+// ops strictly in that order (from 0 for each generation), whatever order
+// the requests arrive in, so ranks can never disagree on which collective
+// comes next. Ops that arrive early wait in a map. Two stages, so that an
+// asynchronous backend (NCCL) can have several ops in flight:
+//   launch thread:     takes seq k once k-1 was launched, waits for host
+//                      accesses of its tensors to end, calls Launch.
+//                      Gloo ops run to completion right here.
+//   completion thread: waits on the handles of launched ops, in order, and
+//                      completes their Work (only used by handles that were
+//                      not already complete when Launch returned).
+// A seq that has not arrived `gap_timeout` after the executor started
+// waiting for it (with later ops queued) is declared lost: the executor
+// skips every missing seq below the lowest queued one and runs on; a late
+// Submit of a lost seq fails DEADLINE_EXCEEDED with the reason. A dead client
+// thus costs one gap timeout, not a hung group.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/comm/communicator.h"
+#include "server/core/work.h"
+
+namespace ccl {
+
+// What the executor runs: one op, or a bench loop occupying one seq.
+class ExecutorTask {
+ public:
+  virtual ~ExecutorTask() = default;
+  virtual int64_t seq() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+  // Launch thread, in seq order, right before Launch: the earlier seqs have
+  // been launched; blocks until host reads/writes of the task's tensors end.
+  virtual void Start() = 0;
+  // Errors mean nothing is in flight.
+  virtual absl::StatusOr<std::unique_ptr<CommWork>> Launch(
+      Communicator& comm) = 0;
+  // Whether every rank of the group takes part (a collective), so that a
+  // rank that never reached the seq is worth naming; send/recv involve two.
+  virtual bool involves_every_rank() const { return true; }
+  // Called exactly once: with the op's result, or with the reason it was
+  // never run (cancelled at shutdown). Must not block.
+  virtual void Complete(absl::Status status, double device_us) = 0;
+};
+
+class Executor {
+ public:
+  // Says which ranks of the group did not reach `seq`; asked when an op
+  // timed out, and appended to its error. May block briefly.
+  using Diagnosis = std::function<std::string(int64_t seq)>;
+
+  Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,
+           std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr);
+  // Stops (cancelling queued tasks) and joins.
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Never blocks. ALREADY_EXISTS for a seq already queued or run,
+  // DEADLINE_EXCEEDED for one declared lost, ABORTED once stopped.
+  absl::Status Enqueue(std::shared_ptr<ExecutorTask> task);
+
+  // The next seq the launch thread will run.
+  int64_t next_seq() const;
+  // "ready", "broken" (communicator poisoned) or "stopped".
+  std::string state() const;
+  const std::string& group() const { return group_; }
+  Communicator& communicator() { return *comm_; }
+
+  // Fails queued tasks with `reason` and joins both threads. An op already
+  // inside the backend runs until it completes or hits its own timeout.
+  // Not from a completion callback: it would join its own thread.
+  void Stop(absl::Status reason);
+
+ private:
+  struct InFlight {
+    std::shared_ptr<ExecutorTask> task;
+    std::unique_ptr<CommWork> handle;
+  };
+
+  void LaunchLoop();
+  void CompletionLoop();
+  void Finish(std::shared_ptr<ExecutorTask> task,
+              std::unique_ptr<CommWork> handle);
+
+  const std::string group_;
+  const int rank_;
+  const std::shared_ptr<Communicator> comm_;
+  const std::chrono::milliseconds gap_timeout_;
+  const Diagnosis diagnose_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable launch_cv_;
+  std::condition_variable completion_cv_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  int64_t next_seq_ = 0;
+  std::map<int64_t, std::shared_ptr<ExecutorTask>> pending_;
+  // begin -> (end, reason) of seq ranges declared lost.
+  std::map<int64_t, std::pair<int64_t, std::string>> lost_;
+  std::deque<InFlight> in_flight_;
+  std::thread launch_thread_;
+  std::thread completion_thread_;
+};
+
+}  // namespace ccl

@@ -1,0 +1,68 @@
+// Work: the handle of one accepted piece of sequenced work (an op, a bench,
+// a group creation), as the RPC layer and the async table see it. Every kind
+// derives from this one class, which owns the state machine
+// (queued -> running -> completed | failed, exactly once) and the timing, so
+// that waiting, callbacks and the flight recorder behave the same for all.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/core/types.h"
+
+namespace ccl {
+
+// "all_reduce seq 5 of group world".
+std::string DescribeOp(const OpSpec& spec);
+
+class Work {
+ public:
+  Work(int64_t id, OpSpec spec);
+  virtual ~Work() = default;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  int64_t id() const { return id_; }
+  const OpSpec& spec() const { return spec_; }
+  WorkState state() const;
+  // OK once completed; the error once failed; OK (meaningless) before.
+  absl::Status status() const;
+  OpTiming timing() const;
+  // Blocks the caller (never a gRPC thread) up to `timeout`;
+  // DEADLINE_EXCEEDED if still queued or running then, the status otherwise.
+  absl::Status Wait(std::chrono::milliseconds timeout);
+  // Runs `callback` once the work is done: on the thread that finishes it
+  // (an executor), or at once if it already is. Callbacks must not block.
+  void OnDone(std::function<void()> callback);
+  // "all_reduce seq 5 of group world (work 12)".
+  virtual std::string Describe() const;
+
+ protected:
+  using Clock = std::chrono::steady_clock;
+  // Queued -> running; records the time spent queued.
+  void MarkRunning();
+  // The one transition to done. A failure's message is prefixed with what
+  // failed (DescribeOp) unless `annotate` is false. Later calls are ignored.
+  void Finish(absl::Status status, double device_us, bool annotate = true);
+  bool done() const;
+
+ private:
+  const int64_t id_;
+  const OpSpec spec_;
+  const Clock::time_point enqueued_ = Clock::now();
+
+  mutable std::mutex mutex_;
+  std::condition_variable done_cv_;
+  WorkState state_ = WorkState::kQueued;
+  absl::Status status_;
+  OpTiming timing_;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+}  // namespace ccl

@@ -1,0 +1,125 @@
+// The worker's logic, free of gRPC: a tensor store, the communicators this
+// worker is part of, one ordered executor per communicator, and the table
+// of async work. The gRPC adapter (worker_service) converts protos to these
+// types and back; unit tests call this directly.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/types.h"
+#include "server/comm/kv_store.h"
+#include "server/core/types.h"
+#include "server/core/work.h"
+
+namespace ccl {
+
+// Group names follow the tensor-name rules; "world" is taken.
+absl::Status ValidateGroupName(const std::string& name);
+// INVALID_ARGUMENT unless `ranks` is non-empty, distinct and in
+// [0, world_size).
+absl::Status ValidateGroupRanks(const std::vector<int>& ranks, int world_size);
+
+struct WorkerConfig {
+  Device device;
+  int64_t tensor_quota_bytes = 0;  // 0: no quota beyond what the host has
+  std::chrono::milliseconds default_op_timeout{std::chrono::seconds(60)};
+  // How long an executor waits for a missing sequence number.
+  std::chrono::milliseconds seq_gap_timeout{std::chrono::seconds(30)};
+  // Address Gloo's TCP transport binds to.
+  std::string data_host = "127.0.0.1";
+  // Called once per submitted op when it completes, fails or is refused, on
+  // the thread that finishes it (metrics and op logs); must not block.
+  std::function<void(const OpRecord&)> on_op_done;
+};
+
+class WorkerCore {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerCore>> Create(
+      WorkerConfig config);
+  virtual ~WorkerCore() = default;
+
+  // Builds the world communicator of a generation through `store`
+  // (keys are prefixed with the generation). Blocks; call from a thread
+  // that may block (the worker's main thread), not a gRPC thread. `store`
+  // must outlive the generation (subgroups rendezvous through it too); a
+  // new generation drops the subgroups of the old one.
+  virtual absl::Status FormWorld(int rank, int world_size, int64_t generation,
+                                 KvStore& store) = 0;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int64_t generation() const = 0;
+  virtual std::string backend() const = 0;
+  virtual const WorkerConfig& config() const = 0;
+
+  // Tensors.
+  virtual absl::StatusOr<TensorMeta> Alloc(const TensorMeta& spec,
+                                           const Fill& fill) = 0;
+  virtual absl::StatusOr<int64_t> Free(const std::string& name) = 0;
+  virtual std::vector<TensorMeta> List() const = 0;
+  virtual int64_t BytesInUse() const = 0;
+  virtual absl::StatusOr<TensorMeta> Write(const std::string& name,
+                                           int64_t offset_bytes,
+                                           std::span<const std::byte> data) = 0;
+  // Calls `sink` with consecutive chunks of the element range
+  // [offset, offset + count) (count 0: to the end); stops early when `sink`
+  // returns false.
+  virtual absl::Status Read(
+      const std::string& name, int64_t offset, int64_t count,
+      int64_t chunk_bytes,
+      const std::function<bool(int64_t offset_bytes,
+                               std::span<const std::byte> chunk)>& sink) = 0;
+  virtual absl::StatusOr<TensorSummary> Summarize(const std::string& name,
+                                                  int64_t head) = 0;
+
+  // Ops. Validates (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, ...) before
+  // anything is queued; on success the op runs in (group, seq) order.
+  virtual absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) = 0;
+  // Async ops stay findable by id until waited for successfully.
+  virtual std::shared_ptr<Work> FindWork(int64_t id) = 0;
+  virtual void ForgetWork(int64_t id) = 0;
+  // Runs warmup + iters instances at one seq; `done` gets the result.
+  virtual absl::Status Bench(
+      const OpSpec& spec, int warmup, int iters, bool check,
+      std::function<void(absl::StatusOr<BenchResult>)> done) = 0;
+
+  // Makes the subgroup `name` of the world ranks `ranks` (group rank i is
+  // ranks[i]), as torch.distributed.new_group. A world-group op: every rank
+  // of the world must get the same call at the same world seq, members or
+  // not (NCCL splits the world communicator, which all of its ranks take
+  // part in). Members then run ops of the group on its own executor, whose
+  // seqs start at 0. INVALID_ARGUMENT for a bad name or rank list,
+  // ALREADY_EXISTS for a name already taken ("world" is), before anything
+  // is queued; the returned work completes when the group is usable here.
+  virtual absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
+      const std::string& name, std::vector<int> ranks, int64_t world_seq,
+      std::chrono::milliseconds timeout) = 0;
+
+  // OK while the world's and every subgroup's communicator are usable; the
+  // first broken one's reason otherwise (the worker then asks for a new
+  // generation). FAILED_PRECONDITION before the first FormWorld.
+  virtual absl::Status CommunicatorHealth() const = 0;
+
+  // Every group this worker knows, the world first.
+  virtual std::vector<GroupInfo> Groups() const = 0;
+
+  // The last ops (up to `limit`, 0: all kept) of `group` on this rank,
+  // oldest first, and the group's next seq. NOT_FOUND for an unknown group.
+  virtual absl::StatusOr<std::pair<int64_t, std::vector<OpRecord>>> OpLog(
+      const std::string& group, int limit) const = 0;
+
+  // Fails queued ops and stops executors; tensors are released.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace ccl

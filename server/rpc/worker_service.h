@@ -1,0 +1,95 @@
+// gRPC adapter of the worker: converts ccl.v1 messages to WorkerCore calls
+// and back. Holds no state of its own beyond in-flight reactors; nothing in
+// here blocks a gRPC thread (sync ops finish their reactor from the op's
+// completion callback, Wait parks on the work and a timer).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "ccl/v1/worker.grpc.pb.h"
+#include "common/timer_queue.h"
+#include "server/core/worker_core.h"
+#include "server/rpc/request_limits.h"
+
+namespace ccl {
+
+// What GetInfo reports besides the core's own state.
+struct WorkerIdentity {
+  std::string address;
+  std::string worker_id;
+  std::string version;
+};
+
+class WorkerService final : public v1::Worker::CallbackService {
+ public:
+  // Every request is checked against `limits` before it reaches the core.
+  WorkerService(WorkerCore& core, WorkerIdentity identity,
+                RequestLimits limits = RequestLimits());
+
+  // "joining", "ready", "draining": reported by GetInfo.
+  void set_state(std::string state);
+  // Known only once the server has bound its port.
+  void set_address(std::string address);
+
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const v1::GetInfoRequest* request,
+                                    v1::WorkerInfo* response) override;
+  grpc::ServerUnaryReactor* AllocTensor(grpc::CallbackServerContext* context,
+                                        const v1::AllocTensorRequest* request,
+                                        v1::TensorInfo* response) override;
+  grpc::ServerUnaryReactor* FreeTensor(
+      grpc::CallbackServerContext* context,
+      const v1::FreeTensorRequest* request,
+      v1::FreeTensorResponse* response) override;
+  grpc::ServerUnaryReactor* ListTensors(
+      grpc::CallbackServerContext* context,
+      const v1::ListTensorsRequest* request,
+      v1::ListTensorsResponse* response) override;
+  grpc::ServerReadReactor<v1::WriteTensorChunk>* WriteTensor(
+      grpc::CallbackServerContext* context, v1::TensorInfo* response) override;
+  grpc::ServerWriteReactor<v1::ReadTensorChunk>* ReadTensor(
+      grpc::CallbackServerContext* context,
+      const v1::ReadTensorRequest* request) override;
+  grpc::ServerUnaryReactor* SummarizeTensor(
+      grpc::CallbackServerContext* context,
+      const v1::SummarizeTensorRequest* request,
+      v1::TensorSummary* response) override;
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
+                                   const v1::OpRequest* request,
+                                   v1::OpResponse* response) override;
+  grpc::ServerUnaryReactor* Bench(grpc::CallbackServerContext* context,
+                                  const v1::BenchRequest* request,
+                                  v1::BenchResponse* response) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* context,
+                                 const v1::WaitRequest* request,
+                                 v1::WorkStatus* response) override;
+  grpc::ServerUnaryReactor* Test(grpc::CallbackServerContext* context,
+                                 const v1::TestRequest* request,
+                                 v1::WorkStatus* response) override;
+  grpc::ServerUnaryReactor* GetOpLog(grpc::CallbackServerContext* context,
+                                     const v1::GetOpLogRequest* request,
+                                     v1::OpLog* response) override;
+  grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
+                                        const v1::CreateGroupRequest* request,
+                                        v1::GroupInfo* response) override;
+
+ private:
+  WorkerCore& core_;
+  const RequestLimits limits_;
+  WorkerIdentity identity_;  // address guarded by state_mutex_
+  TimerQueue timers_;
+  std::mutex state_mutex_;
+  std::string state_ = "joining";
+};
+
+// Proto <-> native conversions, exposed for unit tests.
+absl::StatusOr<OpSpec> OpSpecFromProto(const v1::OpRequest& request);
+absl::StatusOr<TensorMeta> TensorSpecFromProto(const v1::TensorSpec& spec);
+absl::StatusOr<Fill> FillFromProto(const v1::Fill& fill);
+v1::TensorInfo TensorInfoToProto(const TensorMeta& meta);
+v1::OpTiming TimingToProto(const OpTiming& timing);
+void WorkToProto(const Work& work, v1::WorkStatus* out);
+
+}  // namespace ccl

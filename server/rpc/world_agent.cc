@@ -1,0 +1,293 @@
+#include "server/rpc/world_agent.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace ccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A re-join parks in Register until every rank is back; short attempts keep
+// SIGTERM responsive while it waits (the coordinator withdraws a timed-out
+// registration, and the next attempt takes the rank again).
+constexpr std::chrono::milliseconds kRejoinAttempt(5000);
+constexpr std::chrono::milliseconds kMaxBackoff(2000);
+
+bool Retryable(absl::StatusCode code, bool first) {
+  switch (code) {
+    case absl::StatusCode::kUnavailable:
+    // The rank is still held by a predecessor the coordinator has not yet
+    // declared lost (it was killed a moment ago): it will be, within the
+    // heartbeat timeout.
+    case absl::StatusCode::kAlreadyExists:
+      return true;
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+      return !first;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+WorldAgent::WorldAgent(WorkerCore& core, CoordinatorClient& coordinator,
+                       WorldAgentOptions options)
+    : core_(core), coordinator_(coordinator), options_(std::move(options)) {}
+
+WorldAgent::~WorldAgent() {
+  Stop();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void WorldAgent::SetState(const std::string& state) {
+  if (options_.on_state) options_.on_state(state);
+}
+
+bool WorldAgent::StopRequested() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stop_;
+}
+
+void WorldAgent::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+}
+
+absl::Status WorldAgent::Join() {
+  SetState("joining");
+  const Clock::time_point give_up = Clock::now() + options_.register_timeout;
+  while (true) {
+    bool registration_failed = false;
+    absl::Status joined = Rejoin(/*first=*/true, give_up, registration_failed);
+    if (joined.ok() || registration_failed || Clock::now() >= give_up ||
+        StopRequested()) {
+      return joined;
+    }
+    // The rendezvous failed (a peer died in it, or the generation moved
+    // on). Its keys are spent: joining that generation again could read a
+    // peer's address from the failed attempt. Wait for the next generation
+    // (the heartbeat asks for one) and register into it.
+    spdlog::warn(
+        "ccworker: building the world failed: {}; waiting for the next "
+        "generation",
+        joined.ToString());
+    std::unique_lock<std::mutex> lock(mutex_);
+    rejoin_ = false;
+    cv_.wait_until(lock, give_up, [this] { return stop_ || rejoin_; });
+    rejoin_ = false;
+  }
+}
+
+absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
+                                bool& registration_failed) {
+  v1::RegisterRequest request = options_.registration;
+  if (!first) {
+    request.set_requested_rank(core_.rank());
+    request.set_rejoin(true);
+    request.set_timeout_ms(kRejoinAttempt.count());
+    if (core_.CommunicatorHealth().ok()) {
+      // Offered in case the coordinator restarted; ignored otherwise.
+      request.set_resume_generation(core_.generation());
+      for (const GroupInfo& group : core_.Groups()) {
+        (*request.mutable_resume_next_seq())[group.name] = group.next_seq;
+      }
+    }
+  }
+  std::chrono::milliseconds backoff(100);
+  absl::StatusOr<v1::RegisterResponse> registered;
+  int attempts = 0;
+  while (true) {
+    if (StopRequested()) {
+      registration_failed = true;
+      return absl::CancelledError("the worker is stopping");
+    }
+    registered = coordinator_.Register(request);
+    if (registered.ok()) break;
+    const absl::Status& error = registered.status();
+    if (!Retryable(error.code(), first) || Clock::now() + backoff > give_up) {
+      registration_failed = true;
+      return error;
+    }
+    if (attempts++ % 10 == 0) {
+      spdlog::warn("ccworker: register with {}: {}; retrying",
+                   options_.coordinator, error.ToString());
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, backoff, [this] { return stop_; });
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  const int rank = registered->rank();
+  const int64_t generation = registered->generation();
+  const int world_size = registered->world().world_size();
+  registered_rank_ = rank;
+  registered_generation_ = generation;
+  if (!heartbeat_thread_.joinable()) {
+    if (registered->world().heartbeat_interval_ms() > 0) {
+      heartbeat_interval_ = std::chrono::milliseconds(
+          std::max<int64_t>(50, registered->world().heartbeat_interval_ms()));
+    }
+    // From the first registration on: building the communicators may take
+    // long, and a silent member would be declared lost meanwhile.
+    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  }
+  if (!first && generation == core_.generation() && rank == core_.rank() &&
+      world_size == core_.world_size() && core_.CommunicatorHealth().ok()) {
+    spdlog::info(
+        "ccworker: rank {} is back in generation {}; communicators "
+        "carry on",
+        rank, generation);
+    SetState("ready");
+    return absl::OkStatus();
+  }
+  spdlog::info("ccworker: rank {} of {} in generation {}{}", rank, world_size,
+               generation, first ? "" : " (re-forming; tensors kept)");
+  if (!first) SetState("re-forming");
+  stores_.push_back(
+      std::make_unique<CoordinatorKvStore>(coordinator_, generation));
+  absl::Status formed =
+      core_.FormWorld(rank, world_size, generation, *stores_.back());
+  if (!formed.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failed_reason_ = std::string(formed.message());
+    }
+    failed_generation_ = generation;
+    return formed;
+  }
+  SetState("ready");
+  if (!first) {
+    std::printf("ccworker rank %d of %d ready (generation %lld, backend %s)\n",
+                rank, world_size, static_cast<long long>(generation),
+                core_.backend().c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+WorldAgent::Beat WorldAgent::HeartbeatOnce() {
+  v1::HeartbeatRequest beat;
+  beat.set_rank(registered_rank_);
+  beat.set_generation(registered_generation_);
+  beat.set_worker_id(options_.registration.worker_id());
+  beat.set_tensor_count(static_cast<int64_t>(core_.List().size()));
+  beat.set_tensor_bytes(core_.BytesInUse());
+  if (failed_generation_ == beat.generation()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    beat.set_reform_reason(
+        absl::StrCat("building the communicators of "
+                     "generation ",
+                     beat.generation(), " failed: ", failed_reason_));
+  } else if (core_.generation() == beat.generation()) {
+    if (absl::Status health = core_.CommunicatorHealth(); !health.ok()) {
+      beat.set_reform_reason(std::string(health.message()));
+    }
+  }
+  absl::StatusOr<v1::HeartbeatResponse> reply = coordinator_.Heartbeat(beat);
+  if (reply.ok()) {
+    if (options_.on_heartbeat) options_.on_heartbeat();
+    return reply->generation() == beat.generation() ? Beat::kOk : Beat::kRejoin;
+  }
+  switch (reply.status().code()) {
+    case absl::StatusCode::kFailedPrecondition:  // generation over, or lost
+    case absl::StatusCode::kNotFound:            // coordinator restarted
+      spdlog::info("ccworker: heartbeat: {}; re-joining",
+                   std::string(reply.status().message()));
+      return Beat::kRejoin;
+    default:
+      return Beat::kUnreachable;
+  }
+}
+
+void WorldAgent::HeartbeatLoop() {
+  // A broken communicator is reported at once rather than at the next
+  // beat: the sooner the coordinator grants a new generation, the shorter
+  // the window in which ops fail.
+  constexpr std::chrono::milliseconds kHealthPoll(50);
+  bool unreachable = false;
+  int64_t reported_broken = -1;  // generation whose breakage was reported
+  Clock::time_point next_beat = Clock::now() + heartbeat_interval_;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      const auto wake = std::min(next_beat, Clock::now() + kHealthPoll);
+      if (cv_.wait_until(lock, wake, [this] { return stop_; })) return;
+    }
+    const int64_t generation = registered_generation_;
+    const bool broken =
+        failed_generation_ == generation ||
+        (core_.generation() == generation && !core_.CommunicatorHealth().ok());
+    if (Clock::now() < next_beat &&
+        !(broken && reported_broken != generation)) {
+      continue;
+    }
+    if (broken) reported_broken = generation;
+    next_beat = Clock::now() + heartbeat_interval_;
+    const Beat beat = HeartbeatOnce();
+    if (beat == Beat::kUnreachable && !unreachable) {
+      // Communicators do not need the coordinator; keep serving and keep
+      // trying, and re-join once it answers again.
+      spdlog::warn(
+          "ccworker: coordinator {} unreachable; still serving, retrying "
+          "every heartbeat",
+          options_.coordinator);
+    }
+    unreachable = beat == Beat::kUnreachable;
+    if (beat == Beat::kRejoin) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        rejoin_ = true;
+      }
+      cv_.notify_all();
+    }
+  }
+}
+
+void WorldAgent::Run() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stop_ || rejoin_; });
+      if (stop_) break;
+      rejoin_ = false;
+    }
+    bool registration_failed = false;
+    absl::Status joined =
+        Rejoin(/*first=*/false, Clock::time_point::max(), registration_failed);
+    if (!joined.ok() && !StopRequested()) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (registration_failed) {
+        spdlog::warn("ccworker: re-joining the world failed: {}; trying again",
+                     joined.ToString());
+        cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+        rejoin_ = true;
+      } else {
+        // As in Join: that generation's rendezvous is spent; the heartbeat
+        // asks for the next one and flags the re-join when it comes.
+        spdlog::warn(
+            "ccworker: building the world failed: {}; waiting for the next "
+            "generation",
+            joined.ToString());
+        rejoin_ = false;
+      }
+    }
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::Status WorldAgent::Leave() {
+  v1::DeregisterRequest leave;
+  leave.set_rank(registered_rank_);
+  leave.set_generation(registered_generation_);
+  leave.set_worker_id(options_.registration.worker_id());
+  return coordinator_.Deregister(leave);
+}
+
+}  // namespace ccl

@@ -1,0 +1,107 @@
+// Keeps a worker in the coordinator's world for as long as it runs: joins
+// (register + rendezvous), heartbeats, and re-joins whenever the world
+// moves on without changing the worker's tensors:
+//   - the coordinator starts a new generation (a replacement rank joined, or
+//     a rank asked for one): re-register, build the new communicators;
+//   - this worker's communicator broke (an op timed out, a peer vanished
+//     mid-op): ask for a new generation through the heartbeat;
+//   - the coordinator restarted and forgot the world: re-register into the
+//     same rank and generation, so running communicators carry on.
+// It talks gRPC to the coordinator, so it belongs to the adapter layer; the
+// decisions it acts on live in WorkerCore and the coordinator's core.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "ccl/v1/coordinator.pb.h"
+#include "coordinator/client/coordinator_client.h"
+#include "server/core/worker_core.h"
+#include "server/rpc/coordinator_kv_store.h"
+
+namespace ccl {
+
+struct WorldAgentOptions {
+  // Address, host, device, requested rank, worker id and register timeout.
+  v1::RegisterRequest registration;
+  // For messages.
+  std::string coordinator;
+  // Gives up the first join after this long; later re-joins retry until
+  // the worker stops.
+  std::chrono::milliseconds register_timeout{300000};
+  // "joining", "ready", "re-forming": what GetInfo reports.
+  std::function<void(const std::string&)> on_state;
+  // After each heartbeat the coordinator accepted (metrics); must not block.
+  std::function<void()> on_heartbeat;
+};
+
+class WorldAgent {
+ public:
+  WorldAgent(WorkerCore& core, CoordinatorClient& coordinator,
+             WorldAgentOptions options);
+  // Stops the heartbeat thread.
+  ~WorldAgent();
+  WorldAgent(const WorldAgent&) = delete;
+  WorldAgent& operator=(const WorldAgent&) = delete;
+
+  // Registers and builds the first world; blocks. An error means the
+  // worker never joined (the coordinator refused it, or the world did not
+  // form within the register timeout).
+  absl::Status Join();
+
+  // Heartbeats and re-joins as needed until Stop(); blocks.
+  void Run();
+  // From any thread (the signal handler's).
+  void Stop();
+
+  // Deregisters (after Run returned).
+  absl::Status Leave();
+
+ private:
+  enum class Beat { kOk, kRejoin, kUnreachable };
+
+  // Registers (with backoff while the coordinator is unreachable or the
+  // rank is still held by a lost predecessor), then builds the world's
+  // communicators unless the coordinator resumed our generation. Errors of
+  // the registration itself come back with `registration_failed` set.
+  absl::Status Rejoin(bool first, std::chrono::steady_clock::time_point give_up,
+                      bool& registration_failed);
+  Beat HeartbeatOnce();
+  void HeartbeatLoop();
+  void SetState(const std::string& state);
+  bool StopRequested();
+
+  WorkerCore& core_;
+  CoordinatorClient& coordinator_;
+  const WorldAgentOptions options_;
+  std::chrono::milliseconds heartbeat_interval_{1000};
+
+  // What the coordinator last said this worker is; heartbeats carry it,
+  // so that a world still being built is not mistaken for a stale one.
+  std::atomic<int> registered_rank_{-1};
+  std::atomic<int64_t> registered_generation_{0};
+  // A generation whose communicators could not be built here; heartbeats
+  // ask the coordinator for the next one (failed_reason_ under mutex_).
+  std::atomic<int64_t> failed_generation_{-1};
+  std::string failed_reason_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool rejoin_ = false;
+  // KV stores of every generation this worker joined: communicators and
+  // their diagnosis hooks keep pointers to them, and a store is a few
+  // bytes, so they live as long as the agent.
+  std::deque<std::unique_ptr<CoordinatorKvStore>> stores_;
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace ccl
