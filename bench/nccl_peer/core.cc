@@ -514,8 +514,8 @@ std::string TableLine(const Row& row) {
                            RowRedOp(row).c_str(), RowRoot(row));
   for (int v = 0; v < 2; ++v) {
     const std::string wrong =
-        row.checked ? Format("%lld", static_cast<long long>(row.wrong[v]))
-                    : std::string("N/A");
+        row.checked[v] ? Format("%lld", static_cast<long long>(row.wrong[v]))
+                       : std::string("N/A");
     out += Format("  %7s  %6s  %6s  %6s", FitNumber(row.time_us[v], 7).c_str(),
                   FitNumber(row.algbw[v], 6).c_str(),
                   FitNumber(row.busbw[v], 6).c_str(), wrong.c_str());

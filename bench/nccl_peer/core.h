@@ -156,7 +156,7 @@ struct Row {
   double algbw[2] = {0, 0};
   double busbw[2] = {0, 0};
   int64_t wrong[2] = {0, 0};
-  bool checked = false;
+  bool checked[2] = {false, false};  // #wrong is "N/A" where not
 };
 
 // What the table and the CSV print for redop and root: "none" and -1 for

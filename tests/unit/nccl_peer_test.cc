@@ -379,9 +379,12 @@ TEST(NcclPeerTable, ColumnsLineUpWithTheHeader) {
   EXPECT_LT(label_col, names_line.find("#wrong"));
   EXPECT_NE(line.find("   N/A"), std::string::npos);  // not checked
   EXPECT_NE(line.find("float     sum      -1"), std::string::npos) << line;
-  row.checked = true;
+  row.checked[0] = row.checked[1] = true;
   row.wrong[1] = 3;
   EXPECT_EQ(TableLine(row).find("N/A"), std::string::npos);
+  EXPECT_NE(TableLine(row).find("      3\n"), std::string::npos);
+  row.checked[1] = false;  // in place not checked: its column says so
+  EXPECT_EQ(TableLine(row).substr(TableLine(row).size() - 4), "N/A\n");
 }
 
 TEST(NcclPeerTable, NumbersFitTheirColumns) {
