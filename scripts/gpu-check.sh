@@ -30,7 +30,9 @@ if [[ $mode == build ]]; then
   make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test \
     failure_nccl_test nccl_peer_bench
   rm -rf "$bundle"
-  "$root/../shared/tools/device-bundle" "$bundle" "$build/server/ccworker" \
+  # From a worktree outside the main checkout's parent, name the tool.
+  "${CCL_DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}" "$bundle" \
+    "$build/server/ccworker" \
     "$build/coordinator/cccoord" "$build/client/ccctl" \
     "$build/tests/gpu/conformance_nccl_test" \
     "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench"
