@@ -647,6 +647,7 @@ grpc::ServerUnaryReactor* WorkerService::GetOpLog(
       out->set_error_message(std::string(record.status.message()));
     }
     out->set_work_id(record.work_id);
+    out->set_generation(record.spec.generation);
   }
   return Finish(context, absl::OkStatus());
 }
