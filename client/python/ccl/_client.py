@@ -558,19 +558,19 @@ class Client:
         return results
 
     def _unary_all(self, method, requests, timeout):
-        """One unary call per rank, concurrently (gRPC futures): {rank:
-        reply}; raises the combined CclError of the failed ranks."""
-        futures = {r: getattr(self._worker(r), method).future(
-            req, timeout=timeout) for r, req in requests.items()}
-        replies, failures = {}, {}
-        for r, f in futures.items():
+        """One unary call per rank, concurrently: {rank: reply}; raises the
+        combined CclError of the failed ranks. Blocking calls on the pool's
+        standing threads: a grpc future starts a polling thread per call
+        when its channel is idle, which costs more CPU per op."""
+
+        def call(rank):
             try:
-                replies[r] = f.result()
+                return getattr(self._worker(rank), method)(requests[rank],
+                                                           timeout=timeout)
             except grpc.RpcError as e:
-                failures[r] = from_rpc_error(e, r)
-        if failures:
-            raise combine(failures)
-        return replies
+                raise from_rpc_error(e, rank) from None
+
+        return self._map(list(requests), call)
 
     def _per_rank(self, data, ranks):
         if callable(data):
