@@ -7,10 +7,15 @@
 #   scripts/gpu-check.sh            # or: scripts/gpu-check.sh run
 #
 # run: sources the bundle's env.sh, runs conformance_nccl_test, starts a
-# 2-worker cuda cluster with ccctl, runs an all_reduce, every examples/*.yaml
-# and a bench sweep (8 B .. 2 GiB, -f 4) of the main collectives. Logs and
-# CSVs go under $OUT (default /tmp/gpu-check); a summary is printed last and
-# the exit status is the number of failed steps (capped at 100).
+# 2-worker cuda cluster with ccctl, runs an all_reduce, every examples/*.yaml,
+# the trace demo (scripts/trace-demo.sh -> $OUT/trace_nccl.json) and a bench
+# sweep (8 B .. 2 GiB, -f 4) of the main collectives; then the Python
+# client's pytest suites on 2 CUDA workers and its overhead beside ccctl,
+# when the image's python3 has grpcio, protobuf, numpy and pytest (the
+# package itself travels in the bundle, stubs generated here), else those
+# steps are reported as skipped. Logs and CSVs go under $OUT (default
+# /tmp/gpu-check); a summary is printed last and the exit status is the
+# number of failed steps (capped at 100).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,6 +35,9 @@ if [[ $mode == build ]]; then
     "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_launch_latency"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
   strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
+  # The Python client is pure Python: its sources and the stubs generated
+  # here (the GPU machine has no protoc).
+  "$root/client/python/stage.sh" "$bundle/python"
   du -sh "$bundle"
   exit 0
 fi
@@ -122,6 +130,11 @@ done
 step bench_check_group 120 "$ccctl" --group pair bench reduce_scatter -b 1K \
   -e 64M -f 16 -n 5 -w 2 -c 1
 
+# A known sequence with a lone recv that times out (the world re-forms, so
+# the groups above are gone afterwards), as a Chrome/Perfetto trace.
+step trace_nccl 240 env CCCTL="$ccctl" "$root/scripts/trace-demo.sh" \
+  "$OUT/trace_nccl.json"
+
 for op in all_reduce all_gather reduce_scatter broadcast alltoall sendrecv; do
   step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \
     --csv "$OUT/bench_$op.csv"
@@ -129,6 +142,27 @@ done
 # Worker logs (the state dir holds them) help when something failed.
 step cluster_down 60 "$ccctl" cluster down
 cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
+
+# The Python client on 2 CUDA workers: the same pytest suites as CI (each
+# starts its own clusters), and its overhead beside ccctl's C++ client.
+python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
+  CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
+if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest
+import ccl.v1.worker_pb2_grpc
+print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
+    >"$OUT/python_imports.log" 2>&1; then
+  for suite in ops groups errors trace bench examples; do
+    step "python_$suite" 300 "${python_env[@]}" python3 -m pytest -q \
+      -p no:cacheprovider -rs "$root/client/python/tests/test_$suite.py"
+  done
+  step python_overhead 300 "${python_env[@]}" python3 \
+    "$root/bench/python_client_overhead.py" --device cuda \
+    --json "$OUT/python_overhead.json"
+else
+  summary+=("$(printf '%-28s %-12s' python_client "SKIP(imports)")")
+  echo "== python client: skipped, python3 lacks a module:"
+  cat "$OUT/python_imports.log"
+fi
 
 # The peer in the same call, same sizes and iterations, once the cluster is
 # down so the two never share the GPUs.
