@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh build
 # On the GPU machine (device run, carry=["build-nccl/devbundle"]):
 #   scripts/gpu-check.sh            # or: scripts/gpu-check.sh run
+#   scripts/gpu-check.sh python     # only the trace demo and the Python steps
 #
 # run: sources the bundle's env.sh, runs conformance_nccl_test, starts a
 # 2-worker cuda cluster with ccctl, runs an all_reduce, every examples/*.yaml,
@@ -22,6 +23,12 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${CCL_GPU_BUILD_DIR:-$root/build-nccl}
 bundle=$build/devbundle
 mode=${1:-run}
+# cpu runs the script's own logic on a machine without a GPU (a dry run).
+device=${CCL_GPU_CHECK_DEVICE:-cuda}
+case $mode in
+  build|run|python) ;;
+  *) echo "usage: $0 [build|run|python]" >&2; exit 2 ;;
+esac
 
 if [[ $mode == build ]]; then
   set -e
@@ -59,6 +66,11 @@ failures=0
 summary=()
 step() {  # step NAME TIMEOUT_S CMD...: runs CMD, logs to $OUT/NAME.log
   local name=$1 limit=$2; shift 2
+  # python mode: a cluster for the trace demo, then the Python steps.
+  if [[ $mode == python &&
+        ! $name =~ ^(cluster_up|status|trace_nccl|cluster_down|python_.*)$ ]]; then
+    return 0
+  fi
   local start=$SECONDS
   timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
@@ -85,7 +97,7 @@ step failure_nccl_test 420 env CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-5}" \
 # latency), and that it leaves the data plane alone.
 step nccl_launch_latency 120 "$bundle/bin/nccl_launch_latency" 2000
 
-step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
+step cluster_up 120 "$ccctl" cluster up --workers 2 --device "$device"
 step status 30 "$ccctl" status
 step allreduce_sum 60 "$ccctl" allreduce --op sum
 for yaml in "$root"/examples/*.yaml; do
@@ -145,7 +157,7 @@ cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
 
 # The Python client on 2 CUDA workers: the same pytest suites as CI (each
 # starts its own clusters), and its overhead beside ccctl's C++ client.
-python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
+python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE="$device"
   CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
 if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest
 import ccl.v1.worker_pb2_grpc
@@ -156,7 +168,7 @@ print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
       -p no:cacheprovider -rs "$root/client/python/tests/test_$suite.py"
   done
   step python_overhead 300 "${python_env[@]}" python3 \
-    "$root/bench/python_client_overhead.py" --device cuda \
+    "$root/bench/python_client_overhead.py" --device "$device" \
     --json "$OUT/python_overhead.json"
 else
   summary+=("$(printf '%-28s %-12s' python_client "SKIP(imports)")")
@@ -169,7 +181,7 @@ fi
 ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
 step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" --ops "$ops" \
   -b 8 -e 2G -f 4 -n 20 -w 5 --csv-dir "$OUT"
-python3 "$root/bench/compare.py" --ccctl "$OUT/bench_{op}.csv" \
+[[ $mode == run ]] && python3 "$root/bench/compare.py" --ccctl "$OUT/bench_{op}.csv" \
   --peer "$OUT/torch_{op}.csv" --ops "$ops" >"$OUT/compare.md" 2>&1 || true
 
 echo

@@ -503,6 +503,9 @@ class Client:
     # -- plumbing ----------------------------------------------------------
 
     def _worker(self, rank):
+        if self._closed:
+            raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this client is closed; connect again")
         address = None
         for m in self._world.members:
             if m.rank == rank:
@@ -794,6 +797,9 @@ class Client:
     def _reserve(self, group_name):
         """The next seq of a group, in the coordinator's current generation
         (refreshing the world when it moved on)."""
+        if self._closed:
+            raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this client is closed; connect again")
         request = coordinator_pb2.ReserveSequenceRequest(
             generation=0, group=group_name, count=1)
         try:

@@ -70,6 +70,13 @@ def test_bad_input_is_refused_before_any_rpc(client):
         client.all_reduce(t)  # freed
 
 
+def test_request_limit_names_its_flag(client):
+    with pytest.raises(ccl.CclError) as e:
+        client.zeros((1,) * 9)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "--max-shape-rank" in e.value.details
+
+
 def test_bad_name_is_refused_by_the_worker(client):
     # The worker's own validation, not the client's.
     with pytest.raises(ccl.CclError) as e:
@@ -85,7 +92,7 @@ def test_over_quota_names_the_limit():
             with pytest.raises(ccl.CclError) as e:
                 c.zeros(2048)  # 8 KiB of float32
             assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "quota" in e.value.details
+            assert "quota of 4096 bytes" in e.value.details
             # Nothing is left half-made on any rank.
             for r in RANKS:
                 assert c.list_tensors(r) == []

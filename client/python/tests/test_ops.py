@@ -290,6 +290,10 @@ def test_with_frees_and_close_frees(cluster):
         name = kept.name
     with ccl.Client(cluster.coordinator) as c:
         assert all(n != name for n, _, _ in c.list_tensors(0))
+    with pytest.raises(ccl.CclError) as e:
+        c.barrier()
+    assert e.value.code_name == "FAILED_PRECONDITION"
+    assert "closed" in e.value.details
 
 
 def test_get_tensor_attaches_to_existing(client):
