@@ -209,9 +209,10 @@ def test_send_recv_same_name(client):
 
 
 def test_send_into_another_tensor(client):
-    with client.from_numpy(np.array([7, 8], np.int32), ranks=[2 % WORKERS]) \
+    last = RANKS[-1]
+    with client.from_numpy(np.array([7, 8], np.int32), ranks=[last]) \
             as src, client.zeros(2, "int32", ranks=[0]) as dst:
-        client.send(src, dst=0, src=2 % WORKERS, recv_tensor=dst)
+        client.send(src, dst=0, src=last, recv_tensor=dst)
         np.testing.assert_array_equal(dst.read(0), [7, 8])
 
 
