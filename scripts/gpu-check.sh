@@ -38,6 +38,9 @@ if [[ $mode == build ]]; then
     "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
   strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
+  # The Python client is pure Python: its sources and the stubs generated
+  # here (the GPU machine has no protoc).
+  "$root/client/python/stage.sh" "$bundle/python"
   du -sh "$bundle"
   exit 0
 fi
@@ -122,7 +125,29 @@ report() {
 
 { nvidia-smi; nvidia-smi topo -m; } >"$OUT/nvidia-smi.log" 2>&1 || true
 if [[ $mode == peer ]]; then
-  peer_steps
+  # The Python client on 2 CUDA workers: the same pytest suites as CI (each
+# starts its own clusters), when the image's python3 has grpcio, protobuf,
+# numpy and pytest; its overhead beside ccctl's C++ client.
+python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
+  CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
+if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest
+import ccl.v1.worker_pb2_grpc
+print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
+    >"$OUT/python_imports.log" 2>&1; then
+  for suite in ops groups errors; do
+    step "python_$suite" 300 "${python_env[@]}" python3 -m pytest -q \
+      -p no:cacheprovider -rs "$root/client/python/tests/test_$suite.py"
+  done
+  step python_overhead 300 "${python_env[@]}" python3 \
+    "$root/bench/python_client_overhead.py" --device cuda \
+    --json "$OUT/python_overhead.json"
+else
+  summary+=("$(printf '%-28s %-12s' python_client "SKIP(imports)")")
+  echo "== python client: skipped, python3 lacks a module:"
+  cat "$OUT/python_imports.log"
+fi
+
+peer_steps
   report
   exit $((failures > 100 ? 100 : failures))
 fi
@@ -181,6 +206,11 @@ for dtype in float32 bfloat16 float16 int32; do
 done
 step bench_check_group 120 "$ccctl" --group pair bench reduce_scatter -b 1K \
   -e 64M -f 16 -n 5 -w 2 -c 1
+
+# A known sequence with a lone recv that times out (the world re-forms, so
+# the groups above are gone afterwards), as a Chrome/Perfetto trace.
+step trace_nccl 240 env CCCTL="$ccctl" "$root/scripts/trace-demo.sh" \
+  "$OUT/trace_nccl.json"
 
 for op in ${ops//,/ }; do
   step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \

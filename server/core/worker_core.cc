@@ -552,7 +552,8 @@ class WorkerCoreImpl final : public WorkerCore {
   }
 
  private:
-  // Normalizes the group name and checks the generation.
+  // Normalizes the group name and the generation (0: the current one) and
+  // checks the generation.
   absl::StatusOr<std::shared_ptr<Executor>> FindGroup(OpSpec& spec) const {
     if (spec.group.empty()) spec.group = kWorldGroup;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -569,6 +570,9 @@ class WorkerCoreImpl final : public WorkerCore {
           absl::StrCat("op is for generation ", spec.generation,
                        " but this worker is in ", "generation ", generation_));
     }
+    // The flight recorder keeps ops across generations; it needs to know
+    // which one each ran in.
+    spec.generation = generation_;
     if (spec.group == kWorldGroup) return world_;
     auto it = groups_.find(spec.group);
     if (it == groups_.end()) {

@@ -202,6 +202,7 @@ void OpRecordToProto(const OpRecord& record, v1::OpRecord* out) {
     out->set_error_message(std::string(record.status.message()));
   }
   out->set_work_id(record.work_id);
+  out->set_generation(record.spec.generation);
 }
 
 }  // namespace ccl
