@@ -1,8 +1,10 @@
 #include "server/nccl/nccl_communicator.h"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
@@ -116,6 +118,69 @@ class NcclWork final : public CommWork {
   absl::Status status_;
 };
 
+// The unique ids of the communicator under `prefix`, made and handed out as
+// unique_id_plan.h describes: one, or one per block of ranks.
+absl::StatusOr<std::vector<ncclUniqueId>> ExchangeUniqueIds(
+    int rank, int size, int ranks_per_root, const std::string& prefix,
+    KvStore& store, std::chrono::milliseconds timeout) {
+  const nccl::UniqueIdPlan plan =
+      nccl::PlanUniqueIds(rank, size, ranks_per_root);
+  if (plan.ids == 1) {
+    ncclUniqueId id;
+    if (rank == 0) {
+      CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+      if (absl::Status s =
+              store.Set(nccl::UniqueIdKey(prefix), nccl::EncodeUniqueId(id));
+          !s.ok()) {
+        return s;
+      }
+      return std::vector<ncclUniqueId>{id};
+    }
+    absl::StatusOr<std::string> text =
+        store.Get(nccl::UniqueIdKey(prefix), timeout);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<ncclUniqueId> decoded = nccl::DecodeUniqueId(*text);
+    if (!decoded.ok()) return decoded.status();
+    return std::vector<ncclUniqueId>{*decoded};
+  }
+  if (plan.posts) {
+    ncclUniqueId own;
+    CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&own));
+    if (absl::Status s = store.Set(nccl::UniqueIdKey(prefix, plan.block),
+                                   nccl::EncodeUniqueId(own));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (plan.gathers) {
+    std::vector<std::string> keys;
+    keys.reserve(plan.ids);
+    for (int block = 0; block < plan.ids; ++block) {
+      keys.push_back(nccl::UniqueIdKey(prefix, block));
+    }
+    absl::StatusOr<std::vector<std::string>> texts =
+        store.GetMany(keys, timeout);
+    if (!texts.ok()) return texts.status();
+    std::vector<ncclUniqueId> ids;
+    ids.reserve(plan.ids);
+    for (const std::string& text : *texts) {
+      absl::StatusOr<ncclUniqueId> decoded = nccl::DecodeUniqueId(text);
+      if (!decoded.ok()) return decoded.status();
+      ids.push_back(*decoded);
+    }
+    if (absl::Status s = store.Set(nccl::UniqueIdListKey(prefix),
+                                   nccl::EncodeUniqueIdList(ids));
+        !s.ok()) {
+      return s;
+    }
+    return ids;
+  }
+  absl::StatusOr<std::string> list =
+      store.Get(nccl::UniqueIdListKey(prefix), timeout);
+  if (!list.ok()) return list.status();
+  return nccl::DecodeUniqueIdList(*list, plan.ids);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
@@ -129,26 +194,31 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   };
   auto init = [&]() -> absl::StatusOr<std::unique_ptr<NcclCommunicator>> {
     CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    const std::string key = nccl::UniqueIdKey(prefix);
-    ncclUniqueId id;
-    if (rank == 0) {
-      CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-      if (absl::Status s = store.Set(key, nccl::EncodeUniqueId(id)); !s.ok()) {
-        return s;
-      }
-    } else {
-      auto text = store.Get(key, timeout);
-      if (!text.ok()) return text.status();
-      auto decoded = nccl::DecodeUniqueId(*text);
-      if (!decoded.ok()) return decoded.status();
-      id = *decoded;
-    }
+    absl::StatusOr<int> ranks_per_root = nccl::RanksPerRootFromEnv();
+    if (!ranks_per_root.ok()) return ranks_per_root.status();
+    absl::StatusOr<std::vector<ncclUniqueId>> ids =
+        ExchangeUniqueIds(rank, size, *ranks_per_root, prefix, store, timeout);
+    if (!ids.ok()) return ids.status();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
     const Clock::time_point deadline = Clock::now() + timeout;
+    // Several ids: each bootstrap root serves one block of ranks, instead
+    // of one root accepting a connection from every rank of a large world.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+    const char* what = ids->size() == 1 ? "ncclCommInitRankConfig"
+                                        : "ncclCommInitRankScalable";
     ncclResult_t result =
-        ncclCommInitRankConfig(&comm, size, id, rank, &config);
+        ids->size() == 1
+            ? ncclCommInitRankConfig(&comm, size, ids->front(), rank, &config)
+            : ncclCommInitRankScalable(&comm, size, rank,
+                                       static_cast<int>(ids->size()),
+                                       ids->data(), &config);
+#else
+    const char* what = "ncclCommInitRankConfig";
+    ncclResult_t result =
+        ncclCommInitRankConfig(&comm, size, ids->front(), rank, &config);
+#endif
     Backoff backoff;
     while (result == ncclInProgress) {
       if (Clock::now() >= deadline) {
@@ -162,9 +232,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       result = got != ncclSuccess ? got : async;
     }
     if (result != ncclSuccess) {
-      absl::Status s =
-          nccl::NcclErrorStatus(result, "ncclCommInitRankConfig", __FILE__,
-                                __LINE__, ncclGetLastError(comm));
+      absl::Status s = nccl::NcclErrorStatus(result, what, __FILE__, __LINE__,
+                                             ncclGetLastError(comm));
       if (comm != nullptr) ncclCommAbort(comm);
       return s;
     }

@@ -1,10 +1,14 @@
 #include "server/nccl/nccl_host.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
 namespace ccl::nccl {
+
+static_assert(sizeof(ncclUniqueId) == kUniqueIdBytes,
+              "unique_id_plan.h's id size is not this NCCL's");
 
 absl::StatusOr<ncclDataType_t> ToNcclDataType(DType dtype) {
   switch (dtype) {
@@ -116,10 +120,6 @@ absl::Status CudaErrorStatus(cudaError_t error, const char* expr,
                                    cudaGetErrorString(error)));
 }
 
-std::string UniqueIdKey(const std::string& prefix) {
-  return absl::StrCat("nccl/", prefix, "/id");
-}
-
 std::string EncodeUniqueId(const ncclUniqueId& id) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -155,6 +155,40 @@ absl::StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& text) {
     id.internal[i] = static_cast<char>((hi << 4) | lo);
   }
   return id;
+}
+
+std::string EncodeUniqueIdList(const std::vector<ncclUniqueId>& ids) {
+  std::string out;
+  out.reserve(ids.size() * sizeof(ncclUniqueId));
+  for (const ncclUniqueId& id : ids) {
+    out.append(id.internal, sizeof(id.internal));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ncclUniqueId>> DecodeUniqueIdList(
+    const std::string& bytes, int count) {
+  if (count < 1 ||
+      bytes.size() != static_cast<size_t>(count) * sizeof(ncclUniqueId)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the list of ", count, " NCCL unique ids has ", bytes.size(),
+        " bytes, want ", static_cast<size_t>(count) * sizeof(ncclUniqueId)));
+  }
+  std::vector<ncclUniqueId> ids(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    std::memcpy(ids[i].internal, bytes.data() + i * sizeof(ncclUniqueId),
+                sizeof(ncclUniqueId));
+  }
+  return ids;
+}
+
+absl::StatusOr<int> RanksPerRootFromEnv() {
+  absl::StatusOr<int> parsed = ParseRanksPerRoot(std::getenv(kRanksPerRootEnv));
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 23, 0)
+  // No ncclCommInitRankScalable: one id, whatever was asked.
+  if (parsed.ok()) return 0;
+#endif
+  return parsed;
 }
 
 }  // namespace ccl::nccl

@@ -8,10 +8,12 @@
 #include <nccl.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/types.h"
+#include "server/nccl/unique_id_plan.h"
 
 namespace ccl::nccl {
 
@@ -31,11 +33,20 @@ absl::Status NcclErrorStatus(ncclResult_t result, const char* expr,
 absl::Status CudaErrorStatus(cudaError_t error, const char* expr,
                              const char* file, int line);
 
-// KV-store key of the unique id of communicator `prefix` ("gen3/world").
-std::string UniqueIdKey(const std::string& prefix);
-// Hex, so that any store (text or bytes) carries it.
+// Hex, so that any store (text or bytes) carries it. The keys are in
+// unique_id_plan.h.
 std::string EncodeUniqueId(const ncclUniqueId& id);
 absl::StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& text);
+// The value of UniqueIdListKey: the ids' raw bytes in order. Raw, not hex:
+// every rank of a large world reads it, so its size is paid world-wide.
+std::string EncodeUniqueIdList(const std::vector<ncclUniqueId>& ids);
+absl::StatusOr<std::vector<ncclUniqueId>> DecodeUniqueIdList(
+    const std::string& bytes, int count);
+
+// Ranks per unique id for ncclCommInitRankScalable: $CCL_NCCL_RANKS_PER_ROOT
+// or the default (unique_id_plan.h); INVALID_ARGUMENT naming the variable
+// when it is malformed. 0 (always one id) when this NCCL predates 2.23.
+absl::StatusOr<int> RanksPerRootFromEnv();
 
 }  // namespace ccl::nccl
 

@@ -2,9 +2,12 @@
 // behaviour for cuda devices on a machine without one.
 #include "server/nccl/nccl_host.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/cuda/device_memory.h"
 #include "server/worker_core.h"
@@ -104,6 +107,41 @@ TEST(NcclHost, UniqueIdRoundTrip) {
   EXPECT_FALSE(nccl::DecodeUniqueId("abc").ok());
   EXPECT_FALSE(nccl::DecodeUniqueId(std::string(text.size(), 'z')).ok());
   EXPECT_EQ(nccl::UniqueIdKey("gen3/world"), "nccl/gen3/world/id");
+}
+
+TEST(NcclHost, UniqueIdListRoundTrip) {
+  std::vector<ncclUniqueId> ids(3);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t b = 0; b < sizeof(ids[i].internal); ++b) {
+      ids[i].internal[b] = static_cast<char>(i * 31 + b);
+    }
+  }
+  const std::string bytes = nccl::EncodeUniqueIdList(ids);
+  EXPECT_EQ(bytes.size(), 3 * nccl::kUniqueIdBytes);
+  auto back = nccl::DecodeUniqueIdList(bytes, 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(std::memcmp((*back)[i].internal, ids[i].internal,
+                          sizeof(ids[i].internal)),
+              0);
+  }
+  EXPECT_EQ(nccl::DecodeUniqueIdList(bytes, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(nccl::DecodeUniqueIdList("", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(NcclHost, RanksPerRootComesFromTheEnvironment) {
+  unsetenv(nccl::kRanksPerRootEnv);
+  EXPECT_EQ(*nccl::RanksPerRootFromEnv(), nccl::kDefaultRanksPerRoot);
+  setenv(nccl::kRanksPerRootEnv, "1", 1);
+  EXPECT_EQ(*nccl::RanksPerRootFromEnv(), 1);
+  setenv(nccl::kRanksPerRootEnv, "lots", 1);
+  auto bad = nccl::RanksPerRootFromEnv();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("CCL_NCCL_RANKS_PER_ROOT='lots'"));
+  unsetenv(nccl::kRanksPerRootEnv);
 }
 
 TEST(NcclHost, CudaWorkerWithoutGpu) {
