@@ -12,13 +12,21 @@
 //     --ranks-per-root R     NCCL ranks per unique id; 0: one id (default 128)
 //     --generations G        formations per N (default 1)
 //     --cccoord PATH         the coordinator binary (default: this build's)
+//     --logic-only           the same protocol against CoordinatorCore in
+//                            this process, no gRPC: what the coordinator's
+//                            own code costs, apart from its transport
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,6 +37,9 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/coordinator_process.h"
 #include "bench/simulated_world.h"
+#include "coordinator/coordinator_core.h"
+#include "server/nccl/unique_id_plan.h"
+#include "spdlog/spdlog.h"
 
 namespace {
 
@@ -42,6 +53,7 @@ struct Options {
   int channels = 64;
   int ranks_per_root = 128;
   int generations = 1;
+  bool logic_only = false;
   std::string cccoord = ccl::bench::DefaultCoordinatorBinary();
 };
 
@@ -125,6 +137,114 @@ bool Reform(const std::string& address, const FormedWorld& world) {
   return false;
 }
 
+double CpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) /
+             1e6;
+}
+
+int64_t RssKb() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t kb = 0;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      status >> kb;
+      return kb;
+    }
+  }
+  return 0;
+}
+
+// The worker protocol of simulated_world.cc, against the logic directly.
+int RunLogicOnly(const Options& options, int n) {
+  namespace co = ccl::coordinator;
+  co::CoordinatorOptions core_options;
+  core_options.world_size = n;
+  core_options.default_wait_timeout = std::chrono::seconds(120);
+  core_options.heartbeat_timeout = std::chrono::hours(1);
+  core_options.sweep_period = std::chrono::milliseconds(0);
+  auto created = co::CoordinatorCore::Create(core_options);
+  if (!created.ok()) return 1;
+  co::CoordinatorCore& core = **created;
+  const int64_t rss_before = RssKb();
+  const double cpu_before = CpuSeconds();
+  std::atomic<int> left{n};
+  std::atomic<bool> failed{false};
+  std::promise<void> all_done;
+  auto finish = [&](bool ok) {
+    if (!ok) failed = true;
+    if (--left == 0) all_done.set_value();
+  };
+  auto wait = [&](int64_t generation, std::vector<std::string> keys,
+                  std::function<void()> then) {
+    core.KvWait(core.NewWaitId(), generation, std::move(keys),
+                std::chrono::milliseconds(0), true,
+                [&, then](absl::StatusOr<co::KvWaitResult> r) {
+                  if (!r.ok()) return finish(false);
+                  then();
+                });
+  };
+  const std::string id(2 * ccl::nccl::kUniqueIdBytes, 'a');
+  auto rendezvous = [&](int rank, int64_t generation) {
+    const std::string prefix = absl::StrCat("gen", generation, "/world");
+    const auto plan = ccl::nccl::PlanUniqueIds(rank, n, options.ranks_per_root);
+    if (plan.ids == 1) {
+      if (rank == 0) {
+        return finish(
+            core.KvSet(generation, ccl::nccl::UniqueIdKey(prefix), id).ok());
+      }
+      return wait(generation, {ccl::nccl::UniqueIdKey(prefix)},
+                  [&] { finish(true); });
+    }
+    if (plan.posts &&
+        !core.KvSet(generation, ccl::nccl::UniqueIdKey(prefix, plan.block), id)
+             .ok()) {
+      failed = true;
+    }
+    if (plan.gathers) {
+      std::vector<std::string> keys;
+      for (int b = 0; b < plan.ids; ++b) {
+        keys.push_back(ccl::nccl::UniqueIdKey(prefix, b));
+      }
+      return wait(generation, std::move(keys), [&, prefix, plan, generation] {
+        finish(
+            core.KvSet(generation, ccl::nccl::UniqueIdListKey(prefix),
+                       std::string(plan.ids * ccl::nccl::kUniqueIdBytes, 'x'))
+                .ok());
+      });
+    }
+    wait(generation, {ccl::nccl::UniqueIdListKey(prefix)},
+         [&] { finish(true); });
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (int w = 0; w < n; ++w) {
+    co::RegisterRequest request;
+    request.address =
+        absl::StrCat("10.0.", w / 250 % 250, ".", w % 250, ":29500");
+    request.host = absl::StrCat("node", w / 8);
+    request.device = {ccl::DeviceKind::kCuda, w % 8};
+    request.worker_id = absl::StrCat("sim-", w);
+    core.Register(core.NewWaitId(), std::move(request),
+                  [&](absl::StatusOr<co::RegisterResult> r) {
+                    if (!r.ok()) return finish(false);
+                    rendezvous(r->rank, r->generation);
+                  });
+  }
+  all_done.get_future().wait();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::printf("%8d %9.3f %9.3f %9.2f %9.2f %9.2f%s\n", n, wall, wall / n * 1e6,
+              CpuSeconds() - cpu_before, (CpuSeconds() - cpu_before) / n * 1e6,
+              static_cast<double>(RssKb() - rss_before) / n,
+              failed ? "  (a call failed)" : "");
+  std::fflush(stdout);
+  return failed ? 1 : 0;
+}
+
 int RunSize(const Options& options, int n) {
   const int metrics_port = FreePort();
   const std::string log =
@@ -204,6 +324,8 @@ int main(int argc, char** argv) {
       ok = value(options.ranks_per_root) && options.ranks_per_root >= 0;
     } else if (arg == "--generations") {
       ok = value(options.generations) && options.generations > 0;
+    } else if (arg == "--logic-only") {
+      options.logic_only = true;
     } else if (arg == "--cccoord") {
       ok = i + 1 < argc;
       if (ok) options.cccoord = argv[++i];
@@ -216,6 +338,19 @@ int main(int argc, char** argv) {
   }
   if (options.sizes.empty()) options.sizes = {1024, 4096, 16384};
 
+  if (options.logic_only) {
+    // Registrations log every 1/16 of the world at info; not the subject.
+    spdlog::set_level(spdlog::level::warn);
+    std::printf("# CoordinatorCore in process, no gRPC; %d ranks per id\n",
+                options.ranks_per_root);
+    std::printf("%8s %9s %9s %9s %9s %9s\n", "N", "formed", "per-rank", "CPU",
+                "CPU/rank", "RSS/rank");
+    std::printf("%8s %9s %9s %9s %9s %9s\n", "", "(s)", "(us)", "(s)", "(us)",
+                "(KiB)");
+    int failures = 0;
+    for (int n : options.sizes) failures += RunLogicOnly(options, n);
+    return failures == 0 ? 0 : 1;
+  }
   std::printf("# coordinator %s; simulated workers on %d channel(s)\n",
               options.cccoord.c_str(), options.channels);
   std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "N",
