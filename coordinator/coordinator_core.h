@@ -37,8 +37,8 @@ struct CoordinatorOptions {
   int world_size = 0;
   // The heartbeat period and the silence after which a ready member becomes
   // LOST, for worlds small enough that their heartbeats stay within
-  // max_heartbeat_rate; larger worlds get both stretched by one factor
-  // (heartbeat_policy.h). WorldInfo says what applies.
+  // max_heartbeat_rate; larger worlds are told a longer interval and
+  // timeout (heartbeat_policy.h). WorldInfo says what applies.
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{10000};
   // Heartbeats a second the whole world may send; <= 0: no limit.

@@ -4,13 +4,12 @@
 //
 // One coordinator answers every heartbeat of the world, so it is their total
 // rate that costs it CPU: at a 1 s interval, 16,384 ranks send 16,384 RPCs a
-// second. The coordinator therefore stretches the configured interval and
-// timeout by one factor, just enough to keep the world's heartbeats at or
-// under `max_rate` a second. Stretching both by the same factor keeps the
-// number of beats a member may miss before it is lost what the operator
-// configured; the price is detection time, which grows with the world once
-// the budget binds. A rank that stops is declared lost at most
-// timeout + one sweep period after its last beat.
+// second. The coordinator therefore stretches the configured interval just
+// enough to keep the world's heartbeats at or under `max_rate` a second.
+// The timeout grows by as much as the interval did, so a member may still be
+// as late as the operator allowed (timeout - interval), and never by less
+// than two whole missed beats (3 intervals). A rank that stops is declared
+// lost at most timeout + one sweep period after its last beat.
 #pragma once
 
 #include <algorithm>
@@ -36,9 +35,8 @@ inline HeartbeatTiming AdaptHeartbeat(std::chrono::milliseconds interval,
       (int64_t{world_size} * 1000 + max_rate - 1) / max_rate;
   if (needed_ms <= interval.count()) return timing;
   timing.interval = std::chrono::milliseconds(needed_ms);
-  // timeout * needed / interval, rounded up; both are far below 2^31 ms.
-  timing.timeout = std::chrono::milliseconds(
-      (timeout.count() * needed_ms + interval.count() - 1) / interval.count());
+  timing.timeout =
+      std::max(timeout + (timing.interval - interval), 3 * timing.interval);
   return timing;
 }
 

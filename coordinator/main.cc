@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-heartbeat-rate", max_heartbeat_rate,
                  "Heartbeats a second the whole world may send; larger "
-                 "worlds are told a longer interval and timeout, stretched "
-                 "alike (0: no limit)")
+                 "worlds are told a longer interval, and a timeout longer by "
+                 "as much (at least 3 intervals); 0: no limit")
       ->capture_default_str();
   app.add_option("--register-timeout-ms", register_timeout_ms,
                  "Default wait for Register/KvWait/GetUniqueId with timeout 0")

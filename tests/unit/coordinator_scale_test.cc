@@ -28,11 +28,17 @@ TEST(HeartbeatPolicyTest, SmallWorldsKeepTheConfiguredTiming) {
   EXPECT_EQ(t.timeout, milliseconds(10000));
 }
 
-TEST(HeartbeatPolicyTest, LargeWorldsStretchIntervalAndTimeoutAlike) {
+TEST(HeartbeatPolicyTest, LargeWorldsStretchTheIntervalAndKeepTheSlack) {
+  // The timeout grows by as much as the interval: 9 s of slack stay.
   const HeartbeatTiming t =
       AdaptHeartbeat(milliseconds(1000), milliseconds(10000), 4096, 16384);
   EXPECT_EQ(t.interval, milliseconds(4000));
-  EXPECT_EQ(t.timeout, milliseconds(40000));
+  EXPECT_EQ(t.timeout, milliseconds(13000));
+  // Never fewer than two whole missed beats.
+  const HeartbeatTiming far =
+      AdaptHeartbeat(milliseconds(1000), milliseconds(10000), 4096, 65536);
+  EXPECT_EQ(far.interval, milliseconds(16000));
+  EXPECT_EQ(far.timeout, milliseconds(48000));
   // Rounded up, so the rate stays within the budget.
   const HeartbeatTiming odd =
       AdaptHeartbeat(milliseconds(1000), milliseconds(3000), 4096, 5000);
@@ -216,28 +222,30 @@ TEST_F(CoordinatorScaleTest, ATimedOutLargeWorldNamesTheFirstMissingRanks) {
 }
 
 TEST_F(CoordinatorScaleTest, WorkersAreToldTheStretchedTimingAndItIsEnforced) {
-  Make(8192, /*max_rate=*/4096);
-  auto results = FormWorld(8192);
+  Make(16384, /*max_rate=*/4096);
+  auto results = FormWorld(16384);
   ASSERT_TRUE(results[0].ok()) << results[0].status();
-  EXPECT_EQ(results[0]->world->heartbeat_interval_ms, 2000);
-  EXPECT_EQ(results[0]->world->heartbeat_timeout_ms, 20000);
+  EXPECT_EQ(results[0]->world->heartbeat_interval_ms, 4000);
+  EXPECT_EQ(results[0]->world->heartbeat_timeout_ms, 13000);
 
-  // Everyone but rank 5 beats; 15 s of silence is past the configured 10 s
-  // but within the stretched 20 s.
+  // Everyone but rank 5 beats; 12 s of silence is past the configured 10 s
+  // but within the stretched 13 s.
   auto beat_all_but = [&](int silent) {
-    for (int rank = 0; rank < 8192; ++rank) {
+    for (int rank = 0; rank < 16384; ++rank) {
       if (rank == silent) continue;
       ASSERT_TRUE(
           core_->Heartbeat({rank, 1, "w" + std::to_string(rank), 0, 0}).ok());
     }
   };
-  Advance(milliseconds(7500));
+  Advance(milliseconds(4000));
   beat_all_but(5);
-  Advance(milliseconds(7500));
+  Advance(milliseconds(4000));
+  beat_all_but(5);
+  Advance(milliseconds(4000));
   beat_all_but(5);
   core_->SweepLiveness();
   EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
-  Advance(milliseconds(5500));
+  Advance(milliseconds(1500));
   core_->SweepLiveness();
   WorldInfo world = core_->GetWorld();
   EXPECT_EQ(world.state, WorldState::kDegraded);
