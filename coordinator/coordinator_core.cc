@@ -183,6 +183,16 @@ WorldInfo CoordinatorCore::SnapshotLocked() const {
   return world;
 }
 
+std::shared_ptr<const WorldInfo> CoordinatorCore::SharedSnapshotLocked() {
+  if (snapshot_ == nullptr || snapshot_version_ != roster_.version() ||
+      snapshot_generation_ != generation_) {
+    snapshot_ = std::make_shared<const WorldInfo>(SnapshotLocked());
+    snapshot_version_ = roster_.version();
+    snapshot_generation_ = generation_;
+  }
+  return snapshot_;
+}
+
 std::string CoordinatorCore::DescribeMissingLocked() const {
   constexpr size_t kShown = 16;
   std::string out =
@@ -233,7 +243,7 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
     member.resume_next_seq.clear();
     member.register_waits.clear();
   }
-  auto world = std::make_shared<const WorldInfo>(SnapshotLocked());
+  std::shared_ptr<const WorldInfo> world = SharedSnapshotLocked();
   spdlog::info("world formed: generation {}, {} ranks", generation_,
                WorldSize());
   deferred.reserve(deferred.size() + register_waiters_.size());
@@ -325,6 +335,10 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       if (!known.has_value()) {
         member = &roster_.Take(rank, request.worker_id, next_serial_++);
       }
+      if (member->address != request.address || member->host != request.host ||
+          member->device != request.device) {
+        roster_.Touch();
+      }
       member->address = request.address;
       member->host = request.host;
       member->device = request.device;
@@ -332,12 +346,14 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       member->resume_generation = request.resume_generation;
       member->resume_next_seq = std::move(request.resume_next_seq);
       if (member->state() == MemberState::kReady) {
-        // A reconnect into a formed world: nothing to wait for.
-        spdlog::info("rank {} reconnected (worker '{}', {})", rank,
-                     request.worker_id, request.address);
-        RegisterResult result{
-            rank, generation_,
-            std::make_shared<const WorldInfo>(SnapshotLocked())};
+        // A reconnect into a formed world (every member does it when the
+        // world moves to a new generation): nothing to wait for.
+        const auto level = WorldSize() <= kLoggedWorldSize
+                               ? spdlog::level::info
+                               : spdlog::level::debug;
+        spdlog::log(level, "rank {} reconnected (worker '{}', {})", rank,
+                    request.worker_id, request.address);
+        RegisterResult result{rank, generation_, SharedSnapshotLocked()};
         deferred.push_back([&done, result = std::move(result)]() mutable {
           done(std::move(result));
         });

@@ -234,6 +234,11 @@ class CoordinatorCore {
       const HeartbeatRequest& request, Deferred& deferred);
   WorldState StateLocked() const;
   WorldInfo SnapshotLocked() const;
+  // The snapshot Register replies share: rebuilt only when the roster or
+  // the generation changed since the last one, so that a whole world
+  // re-registering into a new generation does not copy the world per rank.
+  // Its heartbeat ages are those of when it was taken.
+  std::shared_ptr<const WorldInfo> SharedSnapshotLocked();
   std::string DescribeMissingLocked() const;
   void SweepLocked(Deferred& deferred);
   void FormWorldLocked(Deferred& deferred);
@@ -255,6 +260,9 @@ class CoordinatorCore {
   uint64_t next_serial_ = 1;
   int64_t generation_ = 0;
   Roster roster_;
+  std::shared_ptr<const WorldInfo> snapshot_;
+  uint64_t snapshot_version_ = 0;
+  int64_t snapshot_generation_ = -1;
   std::unordered_map<WaitId, RegisterWaiter> register_waiters_;
   KvSpace kv_;
 

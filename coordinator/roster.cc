@@ -24,6 +24,7 @@ bool Roster::IsLive(int rank) const {
 }
 
 void Roster::Index(int rank, bool was_live, bool was_ready) {
+  ++version_;
   const Member* member = Find(rank);
   const bool live = member != nullptr && member->live();
   const bool ready = member != nullptr && member->state_ == MemberState::kReady;
@@ -95,6 +96,7 @@ std::vector<int> Roster::KeepReady() {
       dropped.push_back(rank);
     }
   }
+  ++version_;
   slots_ = std::move(kept);
   rank_of_worker_.clear();
   free_.clear();

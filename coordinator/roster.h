@@ -75,6 +75,11 @@ class Roster {
   std::vector<int> Missing(size_t limit) const;
   int live() const { return size() - static_cast<int>(free_.size()); }
   int ready() const { return ready_; }
+  // Changes whenever a member comes, goes or changes state, or Touch is
+  // called (a member's address changed): snapshots of the world are reused
+  // while it stays the same.
+  uint64_t version() const { return version_; }
+  void Touch() { ++version_; }
   bool complete() const { return free_.empty(); }
   bool all_ready() const { return ready_ == size(); }
 
@@ -91,6 +96,7 @@ class Roster {
   // Ranks nobody live holds.
   std::set<int> free_;
   int ready_ = 0;
+  uint64_t version_ = 0;
 };
 
 }  // namespace ccl::coordinator

@@ -204,6 +204,34 @@ TEST_F(CoordinatorScaleTest, ALargeWorldFormsWithRanksInArrivalOrder) {
   EXPECT_EQ(stats.parked_registrations, 0);
 }
 
+TEST_F(CoordinatorScaleTest,
+       AWorldReRegisteringIntoANewGenerationSharesOneSnapshot) {
+  constexpr int kWorld = 2048;
+  Make(kWorld);
+  ASSERT_TRUE(FormWorld(kWorld)[0].ok());
+  ASSERT_TRUE(core_->Heartbeat({0, 1, "w0", 0, 0, "broken"}).ok());
+  // Everyone comes back into generation 2 at once (a reconnect each).
+  auto again = FormWorld(kWorld);
+  for (int i = 0; i < kWorld; ++i) {
+    ASSERT_TRUE(again[i].ok()) << again[i].status();
+    ASSERT_EQ(again[i]->generation, 2);
+    ASSERT_EQ(again[i]->rank, i);
+    ASSERT_EQ(again[i]->world, again[0]->world);
+  }
+  EXPECT_EQ(again[0]->world->generation, 2);
+  EXPECT_EQ(again[0]->world->state, WorldState::kComplete);
+  // A member whose address changed gets a snapshot that shows it.
+  RegisterRequest moved;
+  moved.address = "10.9.9.9:1";
+  moved.worker_id = "w7";
+  Result<RegisterResult> result;
+  core_->Register(core_->NewWaitId(), moved, result.callback());
+  auto r = result.Get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->world, again[0]->world);
+  EXPECT_EQ(r->world->members[7].address, "10.9.9.9:1");
+}
+
 TEST_F(CoordinatorScaleTest, ATimedOutLargeWorldNamesTheFirstMissingRanks) {
   Make(1000);
   std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
