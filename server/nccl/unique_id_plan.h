@@ -8,8 +8,10 @@
 // Above ranks_per_root ranks, one NCCL bootstrap root would have to accept a
 // connection from every rank, so the world uses ncclCommInitRankScalable
 // (NCCL >= 2.23) with one id per block of about ranks_per_root consecutive
-// ranks: the first rank of each block makes that block's id (its root is
-// then near the ranks that contact it) and posts it under
+// ranks, and at most kMaxUniqueIds ids: every rank must be given every id,
+// so the ids' total size is paid once per rank; above 16,384 ranks the
+// blocks grow instead. The first rank of each block makes that block's id
+// (its root is then near the ranks that contact it) and posts it under
 // UniqueIdKey(prefix, block); rank 0 collects them all and posts the list
 // under UniqueIdListKey(prefix) (the ids' raw bytes, kUniqueIdBytes each,
 // in block order); every other rank reads that one key. So
@@ -34,6 +36,8 @@ inline constexpr size_t kUniqueIdBytes = 128;
 // PyTorch's default (TORCH_NCCL_RANKS_PER_ROOT) as well; the environment
 // variable CCL_NCCL_RANKS_PER_ROOT overrides it, 0 meaning "always one id".
 inline constexpr int kDefaultRanksPerRoot = 128;
+// 16 KiB of ids per rank: 256 MiB handed out to a world of 16,384 ranks.
+inline constexpr int kMaxUniqueIds = 128;
 inline constexpr char kRanksPerRootEnv[] = "CCL_NCCL_RANKS_PER_ROOT";
 
 struct UniqueIdPlan {
@@ -58,7 +62,8 @@ inline absl::StatusOr<int> ParseRanksPerRoot(const char* text) {
 
 inline int UniqueIdCount(int world_size, int ranks_per_root) {
   if (world_size <= 1 || ranks_per_root <= 0) return 1;
-  return (world_size + ranks_per_root - 1) / ranks_per_root;
+  const int ids = (world_size + ranks_per_root - 1) / ranks_per_root;
+  return ids < kMaxUniqueIds ? ids : kMaxUniqueIds;
 }
 
 // NCCL's partition: `ids` blocks of consecutive ranks, the first

@@ -14,7 +14,9 @@ TEST(UniqueIdPlanTest, OneIdUpToRanksPerRootThenOnePerBlock) {
   EXPECT_EQ(UniqueIdCount(128, 128), 1);
   EXPECT_EQ(UniqueIdCount(129, 128), 2);
   EXPECT_EQ(UniqueIdCount(16384, 128), 128);
-  EXPECT_EQ(UniqueIdCount(65536, 128), 512);
+  // Every rank gets every id: beyond 128 ids the blocks grow instead.
+  EXPECT_EQ(UniqueIdCount(65536, 128), kMaxUniqueIds);
+  EXPECT_EQ(UniqueIdCount(65536, 1), kMaxUniqueIds);
   EXPECT_EQ(UniqueIdCount(16384, 0), 1);  // 0: always one id.
   EXPECT_EQ(UniqueIdCount(2, 1), 2);      // How the GPU machine runs it.
 }
