@@ -11,8 +11,6 @@ namespace {
 
 // A world this large is a typo, and a roster of that size is memory.
 constexpr int kMaxWorldSize = 1 << 20;
-constexpr int64_t kMaxSequenceCount = 1000000;
-constexpr size_t kMaxUniqueIdBytes = 4096;
 // Up to this size every registration is logged at info; above it, every
 // sixteenth of the world, so that forming 16k ranks does not write 16k lines.
 constexpr int kLoggedWorldSize = 256;
@@ -95,11 +93,6 @@ CoordinatorCore::TimePoint CoordinatorCore::Now() const {
   return options_.clock();
 }
 
-HeartbeatTiming CoordinatorCore::Timing() const {
-  return AdaptHeartbeat(options_.heartbeat_interval, options_.heartbeat_timeout,
-                        options_.max_heartbeat_rate, WorldSize());
-}
-
 std::chrono::milliseconds CoordinatorCore::WaitTimeout(
     std::chrono::milliseconds requested) {
   return requested.count() == 0 ? options_.default_wait_timeout : requested;
@@ -108,19 +101,6 @@ std::chrono::milliseconds CoordinatorCore::WaitTimeout(
 CoordinatorCore::WaitId CoordinatorCore::NewWaitId() {
   std::lock_guard<std::mutex> lock(mutex_);
   return next_wait_id_++;
-}
-
-void CoordinatorCore::ScheduleSweep() {
-  if (options_.sweep_period.count() == 0) return;
-  timers_.ScheduleAfter(options_.sweep_period, [this] {
-    SweepLiveness();
-    bool stop;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop = shutting_down_;
-    }
-    if (!stop) ScheduleSweep();
-  });
 }
 
 // ---------------------------------------------------------------------------
@@ -389,54 +369,6 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
   for (auto& f : deferred) f();
 }
 
-absl::StatusOr<HeartbeatResult> CoordinatorCore::Heartbeat(
-    const HeartbeatRequest& request) {
-  Deferred deferred;
-  absl::StatusOr<HeartbeatResult> result;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    result = HeartbeatLocked(request, deferred);
-  }
-  for (auto& f : deferred) f();
-  return result;
-}
-
-absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
-    const HeartbeatRequest& request, Deferred& deferred) {
-  Member* member = roster_.Find(request.rank);
-  if (member == nullptr || member->worker_id != request.worker_id) {
-    return absl::NotFoundError(absl::StrCat(
-        "heartbeat: rank ", request.rank, " is not held by worker '",
-        request.worker_id, "'; register first"));
-  }
-  if (!member->live()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("heartbeat: rank ", request.rank, " is ",
-                     std::string(MemberStateName(member->state())),
-                     " in generation ", generation_, "; re-register"));
-  }
-  // Even a stale heartbeat proves the process is alive.
-  member->last_seen = Now();
-  member->tensor_count = request.tensor_count;
-  member->tensor_bytes = request.tensor_bytes;
-  if (request.generation != generation_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("generation ", request.generation, " is over; current is ",
-                     generation_, "; re-register"));
-  }
-  // Only a whole world re-forms at once; a degraded one re-forms when the
-  // missing rank comes back (Register does that).
-  if (!request.reform_reason.empty() &&
-      StateLocked() == WorldState::kComplete) {
-    StartGenerationLocked(generation_ + 1, deferred);
-    spdlog::warn(
-        "generation {}: rank {} asked to re-form the world ({}); every rank "
-        "re-registers into it",
-        generation_, request.rank, request.reform_reason);
-  }
-  return HeartbeatResult{generation_, StateLocked()};
-}
-
 void CoordinatorCore::FailRegisterWaitersLocked(Member& member,
                                                 const absl::Status& status,
                                                 Deferred& deferred) {
@@ -485,245 +417,6 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
   }
   for (auto& f : deferred) f();
   return current;
-}
-
-// ---------------------------------------------------------------------------
-// Liveness
-
-void CoordinatorCore::SweepLocked(Deferred& deferred) {
-  if (roster_.ready() == 0) return;
-  const TimePoint now = Now();
-  const std::chrono::milliseconds timeout = Timing().timeout;
-  bool lost = false;
-  for (int rank = 0; rank < WorldSize(); ++rank) {
-    const Member* member = roster_.Find(rank);
-    if (member == nullptr || member->state() != MemberState::kReady) continue;
-    const auto silent = now - member->last_seen;
-    if (silent <= timeout) continue;
-    roster_.SetState(rank, MemberState::kLost);
-    lost = true;
-    spdlog::warn(
-        "rank {} (worker '{}', {}) lost: no heartbeat for {} ms; generation "
-        "{} degraded",
-        rank, member->worker_id, member->address, ToMillis(silent),
-        generation_);
-    kv_.AbortWaits(generation_,
-                   absl::UnavailableError(absl::StrCat(
-                       "rank ", rank, " was lost (no heartbeat for ",
-                       ToMillis(silent), " ms); generation ", generation_,
-                       " re-forms when it or a replacement registers")),
-                   deferred);
-  }
-  if (lost) ShrinkLocked(deferred);
-}
-
-void CoordinatorCore::SweepLiveness() {
-  Deferred deferred;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    SweepLocked(deferred);
-  }
-  for (auto& f : deferred) f();
-}
-
-WorldInfo CoordinatorCore::GetWorld() {
-  Deferred deferred;
-  WorldInfo world;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    SweepLocked(deferred);
-    world = SnapshotLocked();
-  }
-  for (auto& f : deferred) f();
-  return world;
-}
-
-CoordinatorStats CoordinatorCore::Stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  CoordinatorStats stats;
-  stats.world_size = WorldSize();
-  stats.generation = generation_;
-  stats.live_members = roster_.live();
-  stats.parked_registrations = static_cast<int64_t>(register_waiters_.size());
-  stats.kv = kv_.Stats();
-  return stats;
-}
-
-// ---------------------------------------------------------------------------
-// KV store, sequence numbers and unique ids: validated here, kept by kv_.
-
-absl::Status CoordinatorCore::ValidateValue(const std::string& value) const {
-  if (value.size() > options_.max_value_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value of ", value.size(), " bytes exceeds the limit of ",
-                     options_.max_value_bytes, " bytes (--max-value-bytes)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> CoordinatorCore::KvSet(int64_t generation,
-                                               const std::string& key,
-                                               std::string value) {
-  if (key.empty()) return absl::InvalidArgumentError("kv set: key is empty");
-  if (absl::Status s = ValidateValue(value); !s.ok()) return s;
-  Deferred deferred;
-  absl::StatusOr<int64_t> gen;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    gen = kv_.Resolve(generation);
-    if (gen.ok()) kv_.Set(*gen, key, std::move(value), deferred);
-  }
-  for (auto& f : deferred) f();
-  return gen;
-}
-
-absl::StatusOr<std::pair<int64_t, std::string>> CoordinatorCore::KvGet(
-    int64_t generation, const std::string& key) {
-  if (key.empty()) return absl::InvalidArgumentError("kv get: key is empty");
-  std::lock_guard<std::mutex> lock(mutex_);
-  absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-  if (!gen.ok()) return gen.status();
-  absl::StatusOr<std::string> value = kv_.Get(*gen, key);
-  if (!value.ok()) return value.status();
-  return std::make_pair(*gen, *std::move(value));
-}
-
-void CoordinatorCore::KvWait(WaitId id, int64_t generation,
-                             std::vector<std::string> keys,
-                             std::chrono::milliseconds timeout,
-                             bool with_values, Callback<KvWaitResult> done) {
-  for (const auto& key : keys) {
-    if (key.empty()) {
-      return done(absl::InvalidArgumentError("kv wait: a key is empty"));
-    }
-  }
-  if (timeout.count() < 0) {
-    return done(absl::InvalidArgumentError(
-        absl::StrCat("kv wait: timeout ", timeout.count(), " ms is negative")));
-  }
-  timeout = WaitTimeout(timeout);
-  Deferred deferred;
-  absl::Status error;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-    if (!gen.ok()) {
-      error = gen.status();
-    } else if (shutting_down_) {
-      error = absl::UnavailableError("coordinator is shutting down");
-    } else {
-      kv_.Wait(id, *gen, std::move(keys), with_values, timeout, std::move(done),
-               deferred);
-    }
-  }
-  if (!error.ok()) return done(error);
-  for (auto& f : deferred) f();
-}
-
-absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::KvAdd(
-    int64_t generation, const std::string& key, int64_t delta) {
-  if (key.empty()) return absl::InvalidArgumentError("kv add: key is empty");
-  Deferred deferred;
-  absl::StatusOr<std::pair<int64_t, int64_t>> result;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-    if (!gen.ok()) return gen.status();
-    absl::StatusOr<int64_t> value = kv_.Add(*gen, key, delta, deferred);
-    if (!value.ok()) return value.status();
-    result = std::make_pair(*gen, *value);
-  }
-  for (auto& f : deferred) f();
-  return result;
-}
-
-absl::StatusOr<CompareSetResult> CoordinatorCore::KvCompareSet(
-    int64_t generation, const std::string& key, const std::string& expected,
-    std::string desired) {
-  if (key.empty()) {
-    return absl::InvalidArgumentError("kv compare-set: key is empty");
-  }
-  if (absl::Status s = ValidateValue(desired); !s.ok()) return s;
-  Deferred deferred;
-  CompareSetResult result;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-    if (!gen.ok()) return gen.status();
-    result = kv_.CompareSet(*gen, key, expected, std::move(desired), deferred);
-  }
-  for (auto& f : deferred) f();
-  return result;
-}
-
-absl::StatusOr<std::pair<int64_t, bool>> CoordinatorCore::KvDelete(
-    int64_t generation, const std::string& key) {
-  if (key.empty()) return absl::InvalidArgumentError("kv delete: key is empty");
-  std::lock_guard<std::mutex> lock(mutex_);
-  absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-  if (!gen.ok()) return gen.status();
-  return std::make_pair(*gen, kv_.Delete(*gen, key));
-}
-
-absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::ReserveSequence(
-    int64_t generation, const std::string& group, int64_t count) {
-  if (count <= 0 || count > kMaxSequenceCount) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reserve sequence: count must be in [1, ",
-                     kMaxSequenceCount, "], got ", count));
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-  if (!gen.ok()) return gen.status();
-  return std::make_pair(*gen, kv_.Reserve(*gen, group, count));
-}
-
-absl::StatusOr<int64_t> CoordinatorCore::PostUniqueId(int64_t generation,
-                                                      const std::string& group,
-                                                      std::string unique_id) {
-  if (unique_id.empty() || unique_id.size() > kMaxUniqueIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("post unique id: the id must be 1 to ", kMaxUniqueIdBytes,
-                     " bytes, got ", unique_id.size()));
-  }
-  Deferred deferred;
-  absl::StatusOr<int64_t> gen;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    gen = kv_.Resolve(generation);
-    if (!gen.ok()) return gen.status();
-    absl::Status posted =
-        kv_.PostUniqueId(*gen, group, std::move(unique_id), deferred);
-    if (!posted.ok()) return posted;
-  }
-  for (auto& f : deferred) f();
-  return gen;
-}
-
-void CoordinatorCore::GetUniqueId(WaitId id, int64_t generation,
-                                  const std::string& group,
-                                  std::chrono::milliseconds timeout,
-                                  Callback<UniqueIdResult> done) {
-  if (timeout.count() < 0) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-        "get unique id: timeout ", timeout.count(), " ms is negative")));
-  }
-  timeout = WaitTimeout(timeout);
-  Deferred deferred;
-  absl::Status error;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-    if (!gen.ok()) {
-      error = gen.status();
-    } else if (shutting_down_) {
-      error = absl::UnavailableError("coordinator is shutting down");
-    } else {
-      kv_.GetUniqueId(id, *gen, group, timeout, std::move(done), deferred);
-    }
-  }
-  if (!error.ok()) return done(error);
-  for (auto& f : deferred) f();
 }
 
 // ---------------------------------------------------------------------------

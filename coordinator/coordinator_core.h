@@ -2,6 +2,11 @@
 // KV store, per-group sequence numbers and the NCCL unique id handout. It
 // knows nothing of gRPC; the adapter (coordinator_service.h) converts.
 //
+// One class, one lock, in rooms: generations, registration and parked calls
+// (coordinator_core.cc), heartbeats and liveness (coordinator_liveness.cc,
+// policy in heartbeat_policy.h), the KV calls (coordinator_kv.cc); the
+// state lives in a Roster (roster.h) and a KvSpace (kv_space.h).
+//
 // Threading contract: every method may be called from any thread. Calls that
 // may have to wait (Register, KvWait, GetUniqueId) never block: they take a
 // `done` callback that runs exactly once, either inline before the call
