@@ -118,69 +118,6 @@ class NcclWork final : public CommWork {
   absl::Status status_;
 };
 
-// The unique ids of the communicator under `prefix`, made and handed out as
-// unique_id_plan.h describes: one, or one per block of ranks.
-absl::StatusOr<std::vector<ncclUniqueId>> ExchangeUniqueIds(
-    int rank, int size, int ranks_per_root, const std::string& prefix,
-    KvStore& store, std::chrono::milliseconds timeout) {
-  const nccl::UniqueIdPlan plan =
-      nccl::PlanUniqueIds(rank, size, ranks_per_root);
-  if (plan.ids == 1) {
-    ncclUniqueId id;
-    if (rank == 0) {
-      CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-      if (absl::Status s =
-              store.Set(nccl::UniqueIdKey(prefix), nccl::EncodeUniqueId(id));
-          !s.ok()) {
-        return s;
-      }
-      return std::vector<ncclUniqueId>{id};
-    }
-    absl::StatusOr<std::string> text =
-        store.Get(nccl::UniqueIdKey(prefix), timeout);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<ncclUniqueId> decoded = nccl::DecodeUniqueId(*text);
-    if (!decoded.ok()) return decoded.status();
-    return std::vector<ncclUniqueId>{*decoded};
-  }
-  if (plan.posts) {
-    ncclUniqueId own;
-    CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&own));
-    if (absl::Status s = store.Set(nccl::UniqueIdKey(prefix, plan.block),
-                                   nccl::EncodeUniqueId(own));
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (plan.gathers) {
-    std::vector<std::string> keys;
-    keys.reserve(plan.ids);
-    for (int block = 0; block < plan.ids; ++block) {
-      keys.push_back(nccl::UniqueIdKey(prefix, block));
-    }
-    absl::StatusOr<std::vector<std::string>> texts =
-        store.GetMany(keys, timeout);
-    if (!texts.ok()) return texts.status();
-    std::vector<ncclUniqueId> ids;
-    ids.reserve(plan.ids);
-    for (const std::string& text : *texts) {
-      absl::StatusOr<ncclUniqueId> decoded = nccl::DecodeUniqueId(text);
-      if (!decoded.ok()) return decoded.status();
-      ids.push_back(*decoded);
-    }
-    if (absl::Status s = store.Set(nccl::UniqueIdListKey(prefix),
-                                   nccl::EncodeUniqueIdList(ids));
-        !s.ok()) {
-      return s;
-    }
-    return ids;
-  }
-  absl::StatusOr<std::string> list =
-      store.Get(nccl::UniqueIdListKey(prefix), timeout);
-  if (!list.ok()) return list.status();
-  return nccl::DecodeUniqueIdList(*list, plan.ids);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
@@ -196,8 +133,13 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     absl::StatusOr<int> ranks_per_root = nccl::RanksPerRootFromEnv();
     if (!ranks_per_root.ok()) return ranks_per_root.status();
-    absl::StatusOr<std::vector<ncclUniqueId>> ids =
-        ExchangeUniqueIds(rank, size, *ranks_per_root, prefix, store, timeout);
+    absl::StatusOr<std::vector<ncclUniqueId>> ids = nccl::ExchangeUniqueIds(
+        rank, size, *ranks_per_root, prefix, store, timeout,
+        []() -> absl::StatusOr<ncclUniqueId> {
+          ncclUniqueId id;
+          CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+          return id;
+        });
     if (!ids.ok()) return ids.status();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;

@@ -191,4 +191,63 @@ absl::StatusOr<int> RanksPerRootFromEnv() {
   return parsed;
 }
 
+absl::StatusOr<std::vector<ncclUniqueId>> ExchangeUniqueIds(
+    int rank, int size, int ranks_per_root, const std::string& prefix,
+    KvStore& store, std::chrono::milliseconds timeout,
+    const std::function<absl::StatusOr<ncclUniqueId>()>& make_id) {
+  const UniqueIdPlan plan = PlanUniqueIds(rank, size, ranks_per_root);
+  if (plan.ids == 1) {
+    if (rank == 0) {
+      absl::StatusOr<ncclUniqueId> id = make_id();
+      if (!id.ok()) return id.status();
+      if (absl::Status s = store.Set(UniqueIdKey(prefix), EncodeUniqueId(*id));
+          !s.ok()) {
+        return s;
+      }
+      return std::vector<ncclUniqueId>{*id};
+    }
+    absl::StatusOr<std::string> text = store.Get(UniqueIdKey(prefix), timeout);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<ncclUniqueId> decoded = DecodeUniqueId(*text);
+    if (!decoded.ok()) return decoded.status();
+    return std::vector<ncclUniqueId>{*decoded};
+  }
+  if (plan.posts) {
+    absl::StatusOr<ncclUniqueId> own = make_id();
+    if (!own.ok()) return own.status();
+    if (absl::Status s =
+            store.Set(UniqueIdKey(prefix, plan.block), EncodeUniqueId(*own));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (plan.gathers) {
+    std::vector<std::string> keys;
+    keys.reserve(plan.ids);
+    for (int block = 0; block < plan.ids; ++block) {
+      keys.push_back(UniqueIdKey(prefix, block));
+    }
+    absl::StatusOr<std::vector<std::string>> texts =
+        store.GetMany(keys, timeout);
+    if (!texts.ok()) return texts.status();
+    std::vector<ncclUniqueId> ids;
+    ids.reserve(plan.ids);
+    for (const std::string& text : *texts) {
+      absl::StatusOr<ncclUniqueId> decoded = DecodeUniqueId(text);
+      if (!decoded.ok()) return decoded.status();
+      ids.push_back(*decoded);
+    }
+    if (absl::Status s =
+            store.Set(UniqueIdListKey(prefix), EncodeUniqueIdList(ids));
+        !s.ok()) {
+      return s;
+    }
+    return ids;
+  }
+  absl::StatusOr<std::string> list =
+      store.Get(UniqueIdListKey(prefix), timeout);
+  if (!list.ok()) return list.status();
+  return DecodeUniqueIdList(*list, plan.ids);
+}
+
 }  // namespace ccl::nccl

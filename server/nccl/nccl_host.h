@@ -7,12 +7,15 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/types.h"
+#include "server/kv_store.h"
 #include "server/nccl/unique_id_plan.h"
 
 namespace ccl::nccl {
@@ -42,6 +45,15 @@ absl::StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& text);
 std::string EncodeUniqueIdList(const std::vector<ncclUniqueId>& ids);
 absl::StatusOr<std::vector<ncclUniqueId>> DecodeUniqueIdList(
     const std::string& bytes, int count);
+
+// The unique ids of the communicator under `prefix` ("gen3/world"), made
+// and handed out through `store` as unique_id_plan.h describes: one, or one
+// per block of ranks. `make_id` is ncclGetUniqueId (tests pass their own).
+// Waits up to `timeout` for what other ranks post.
+absl::StatusOr<std::vector<ncclUniqueId>> ExchangeUniqueIds(
+    int rank, int size, int ranks_per_root, const std::string& prefix,
+    KvStore& store, std::chrono::milliseconds timeout,
+    const std::function<absl::StatusOr<ncclUniqueId>()>& make_id);
 
 // Ranks per unique id for ncclCommInitRankScalable: $CCL_NCCL_RANKS_PER_ROOT
 // or the default (unique_id_plan.h); INVALID_ARGUMENT naming the variable
