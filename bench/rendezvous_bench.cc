@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
               "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes");
   std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "", "",
               "", "", "(s)", "(s)", "(us)", "(s)", "(MiB)", "(MiB)", "(KiB)",
-              "", "");
+              "", "(B)");
   int failures = 0;
   for (int n : options.sizes) failures += RunSize(options, n);
   return failures == 0 ? 0 : 1;
