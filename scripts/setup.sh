@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages the build needs, only if any is missing.
-# Usage: scripts/setup.sh [--bench]   (--bench adds python3-torch for bench/peers)
+# Installs the Debian 12 packages the build and the tests need, only if any
+# is missing.
+# Usage: scripts/setup.sh [--build|--bench]
+#   --build  only what configuring and building needs (scripts/quickstart.sh)
+#   --bench  adds python3-torch for bench/peers
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev libgtest-dev libgmock-dev
   libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
-  python3 python3-yaml
-  # Offline checks of deploy/ and docker/, promtool for the metrics test,
-  # openssl for the TLS tests' certificates.
-  docker-compose prometheus shellcheck openssl
 )
+if [[ "${1:-}" != "--build" ]]; then
+  packages+=(
+    libbenchmark-dev python3 python3-yaml
+    # Offline checks of deploy/ and docker/, promtool for the metrics test,
+    # openssl for the TLS tests' certificates.
+    docker-compose prometheus shellcheck openssl
+  )
+fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-matplotlib)
 fi
@@ -23,7 +30,9 @@ for p in "${packages[@]}"; do
 done
 # Debian's kubectl is in kubernetes-client; any kubectl already installed
 # (it would conflict on /usr/bin/kubectl) does as well.
-command -v kubectl >/dev/null || missing+=(kubernetes-client)
+if [[ "${1:-}" != "--build" ]]; then
+  command -v kubectl >/dev/null || missing+=(kubernetes-client)
+fi
 if ((${#missing[@]} == 0)); then
   exit 0
 fi
