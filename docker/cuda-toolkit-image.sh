@@ -33,7 +33,8 @@ copy() { cp -al "$1" "$2" 2>/dev/null || cp -a "$1" "$2"; }
 for dir in bin nvvm include; do
   copy "$(readlink -f "$home/$dir")" "$cuda/$dir"
 done
-for file in "$lib"/libcudart.so* "$lib"/libcudadevrt.a "$lib"/libculibos.a \
+for file in "$lib"/libcudart.so* "$lib"/libcudart_static.a "$lib"/libcudadevrt.a \
+  "$lib"/libculibos.a \
   "$lib"/libnccl.so* "$lib"/stubs; do
   if [ -e "$file" ]; then copy "$file" "$cuda/lib64/"; fi
 done
