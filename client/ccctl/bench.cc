@@ -143,8 +143,9 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     return Fail(member.status(), true);
   }
   const int64_t element = static_cast<int64_t>(DTypeSize(*dtype));
-  const std::string in_name = absl::StrCat("ccctl.bench.", getpid(), ".in");
-  const std::string out_name = absl::StrCat("ccctl.bench.", getpid(), ".out");
+  const std::string prefix = TemporaryPrefix("bench");
+  const std::string in_name = prefix + "in";
+  const std::string out_name = prefix + "out";
   const bool reduction = op->kind == v1::OP_KIND_ALL_REDUCE ||
                          op->kind == v1::OP_KIND_REDUCE ||
                          op->kind == v1::OP_KIND_REDUCE_SCATTER;
@@ -152,11 +153,10 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       op->kind == v1::OP_KIND_BROADCAST || op->kind == v1::OP_KIND_REDUCE ||
       op->kind == v1::OP_KIND_GATHER || op->kind == v1::OP_KIND_SCATTER;
 
+  // Both names on every member, whatever was allocated where: after a
+  // partial failure some ranks hold one or both, the rest answer NOT_FOUND.
   auto free_all = [&] {
-    for (const auto& name : {in_name, out_name}) {
-      (*client)->FanOut<int64_t>(
-          members, [&](int rank) { return (*client)->Free(rank, name); });
-    }
+    return FreeTemporaries(**client, {{in_name, members}, {out_name, members}});
   };
   auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
     auto results = (*client)->FanOut<v1::TensorInfo>(members, [&](int rank) {
@@ -271,7 +271,7 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                        .count() /
                    args.iters;
     }
-    free_all();
+    if (!free_all()) return kExitFailure;
     rows.push_back(row);
     if (factor <= 0 && step <= 0) break;
   }
