@@ -147,6 +147,17 @@ class WorkerCore {
       const std::string& name, std::vector<int> ranks, int64_t world_seq,
       std::chrono::milliseconds timeout) = 0;
 
+  // Runs `ready` once this worker is in generation `generation` or later:
+  // at once if it already is, else when FormWorld gets there (a request
+  // stamped with a generation the coordinator already announced, while this
+  // worker is still re-forming, waits instead of failing). After `timeout`,
+  // DEADLINE_EXCEEDED saying the world is re-forming and since when.
+  // `ready` runs on the thread that forms the world or on a timer thread
+  // and must not block.
+  virtual void AwaitGeneration(int64_t generation,
+                               std::chrono::milliseconds timeout,
+                               std::function<void(absl::Status)> ready) = 0;
+
   // OK while the world's and every subgroup's communicator are usable; the
   // first broken one's reason otherwise (the worker then asks for a new
   // generation). FAILED_PRECONDITION before the first FormWorld.
