@@ -30,6 +30,7 @@
 #include "server/core/op_work.h"
 #include "server/core/resolve.h"
 #include "server/core/tensor_store.h"
+#include "spdlog/spdlog.h"
 
 namespace ccl {
 namespace {
@@ -59,7 +60,7 @@ class WorkerCoreImpl final : public WorkerCore {
   ~WorkerCoreImpl() override { Shutdown(); }
 
   absl::Status FormWorld(int rank, int world_size, int64_t generation,
-                         KvStore& store) override {
+                         KvStore& store, const ShrinkInfo& shrink) override {
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", rank, " is not in a world of size ", world_size));
@@ -80,7 +81,14 @@ class WorkerCoreImpl final : public WorkerCore {
       std::vector<std::shared_ptr<Executor>> previous;
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (world_) previous.push_back(world_);
+        // The world's own communicator stays for a shrink: it is what
+        // shrinks (and aborts its ops as it does).
+        shrinking_ = shrink.from_generation != 0 && world_ &&
+                     shrink.from_generation == generation_;
+        if (world_) {
+          shrunk_world_ = shrinking_ ? world_ : nullptr;
+          if (!shrinking_) previous.push_back(world_);
+        }
         for (auto& [name, group] : groups_) {
           if (group.executor) previous.push_back(group.executor);
         }
@@ -98,8 +106,31 @@ class WorkerCoreImpl final : public WorkerCore {
     comm_config.prefix = prefix;
     comm_config.data_host = config_.data_host;
     comm_config.timeout = config_.default_op_timeout;
-    auto made = MakeCommunicator(comm_config, store);
+    const auto started = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<Communicator>> made =
+        absl::UnimplementedError("no shrink");
+    if (shrinking_) {
+      made = shrunk_world_->communicator().Shrink(shrink.excluded_ranks,
+                                                  config_.default_op_timeout);
+      shrunk_world_.reset();
+      if (absl::IsUnimplemented(made.status())) {
+        spdlog::info("ccworker: {}; a new rendezvous instead",
+                     std::string(made.status().message()));
+      }
+    }
+    const bool shrunk = made.ok();
+    if (!shrunk && !absl::IsUnimplemented(made.status())) {
+      return made.status();
+    }
+    if (!shrunk) made = MakeCommunicator(comm_config, store);
     if (!made.ok()) return made.status();
+    spdlog::info(
+        "ccworker: world communicator of generation {} ({} of {}) {} in {} ms",
+        generation, rank, world_size,
+        shrunk ? "shrunk from the last one" : "built",
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - started)
+            .count());
     std::shared_ptr<Communicator> comm = *std::move(made);
     auto recreated = RecreateGroups(*comm, rank, world_size, store);
     if (!recreated.ok()) {
@@ -851,6 +882,10 @@ class WorkerCoreImpl final : public WorkerCore {
   std::vector<Reaper> reapers_;
   std::vector<std::shared_ptr<GenerationWaiter>> waiters_;
   std::optional<std::chrono::system_clock::time_point> reforming_since_;
+  // FormWorld's thread only: whether this re-form shrinks the old world's
+  // communicator, and that world's executor meanwhile.
+  bool shrinking_ = false;
+  std::shared_ptr<Executor> shrunk_world_;
   int64_t forming_generation_ = 0;
   TimerQueue timers_;
 
