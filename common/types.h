@@ -37,6 +37,9 @@ struct Device {
 
 size_t DTypeSize(DType dtype);
 bool IsFloatingPoint(DType dtype);
+// The types premul_sum takes (float16, bfloat16, float32, float64): its
+// scale is a floating-point multiply, as in torch.distributed.
+bool TakesPremulScale(DType dtype);
 // torch-style names: "float32", "bfloat16", "fp8_e4m3", ...
 std::string_view DTypeName(DType dtype);
 // Accepts the torch names and common aliases (fp32, half, bf16, int, ...).

@@ -217,6 +217,16 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
   }
   const Tensor& typed = in ? *in : *outp;
   op.dtype = typed.dtype();
+  if (IsReduction(op.kind) && op.reduce_op == ReduceOp::kPremulSum &&
+      !TakesPremulScale(op.dtype)) {
+    // NCCL casts the scale to the tensor's type first (0.5 becomes 0 in
+    // int32), which no backend should silently do; torch.distributed
+    // refuses these types too.
+    return fail(absl::StrCat(
+        "premul_sum scales in floating point and takes float16, bfloat16, "
+        "float32 or float64 tensors, not ",
+        std::string(DTypeName(op.dtype)), "; use one of those, or sum"));
+  }
   CCL_RETURN_IF_ERROR(comm.Supports(op.kind, op.dtype, op.reduce_op));
   if (in) out.tensors.push_back(in);
   if (outp && outp != in) out.tensors.push_back(outp);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,8 +43,15 @@ TEST_P(Conformance, EveryReduceOpAndDType) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   for (OpKind kind :
        {OpKind::kAllReduce, OpKind::kReduce, OpKind::kReduceScatter}) {
-    for (DType dtype : kReducible) {
+    std::vector<DType> dtypes(std::begin(kReducible), std::end(kReducible));
+    if (kCuda) {
+      dtypes.insert(dtypes.end(), std::begin(kReducibleOnNccl),
+                    std::end(kReducibleOnNccl));
+    }
+    for (DType dtype : dtypes) {
       for (ReduceOp op : kReduceOps) {
+        // Refused before queueing (Validation covers it).
+        if (op == ReduceOp::kPremulSum && !TakesPremulScale(dtype)) continue;
         for (bool in_place : {false, true}) {
           Case c;
           c.kind = kind;
@@ -103,8 +111,7 @@ TEST(SeedExamples, FourRanks) {
   // [rank + 1] all_reduce sum == [10].
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(
-        w[r].Alloc(Spec("x", DType::kFloat32, 1), {FillKind::kRankPlusOne})
-            .ok());
+        Alloc(w[r], "x", DType::kFloat32, 1, {FillKind::kRankPlusOne}).ok());
   }
   run_all([](int) { return Op(OpKind::kAllReduce, 0, "x"); });
   for (int r = 0; r < 4; ++r)
@@ -124,19 +131,17 @@ TEST(SeedExamples, FourRanks) {
   // Gather of [rank, rank + 1, rank + 2] to rank 0; non-roots name no output.
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(
-        w[r].Alloc(Spec("g", DType::kInt32, 3), {FillKind::kArangePlusRank})
-            .ok());
+        Alloc(w[r], "g", DType::kInt32, 3, {FillKind::kArangePlusRank}).ok());
   }
-  ASSERT_TRUE(w[0].Alloc(Spec("gathered", DType::kInt32, 12), {}).ok());
+  ASSERT_TRUE(Alloc(w[0], "gathered", DType::kInt32, 12, {}).ok());
   run_all([](int) { return Op(OpKind::kGather, 2, "g", "gathered"); });
   EXPECT_EQ(ReadAll(w[0], "gathered"),
             (std::vector<double>{0, 1, 2, 1, 2, 3, 2, 3, 4, 3, 4, 5}));
 
   // All-gather of [rank].
   for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(
-        w[r].Alloc(Spec("me", DType::kInt64, 1), {FillKind::kRank}).ok());
-    ASSERT_TRUE(w[r].Alloc(Spec("all", DType::kInt64, 4), {}).ok());
+    ASSERT_TRUE(Alloc(w[r], "me", DType::kInt64, 1, {FillKind::kRank}).ok());
+    ASSERT_TRUE(Alloc(w[r], "all", DType::kInt64, 4, {}).ok());
   }
   run_all([](int) { return Op(OpKind::kAllGather, 3, "me", "all"); });
   for (int r = 0; r < 4; ++r) {
@@ -146,10 +151,10 @@ TEST(SeedExamples, FourRanks) {
   // Reduce-scatter of [rank + i for i in range(4)]: rank r gets
   // sum_k (k + r) = 6 + 4r.
   for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(w[r].Alloc(Spec("rs_in", DType::kFloat32, 4),
-                           {FillKind::kArangePlusRank})
-                    .ok());
-    ASSERT_TRUE(w[r].Alloc(Spec("rs_out", DType::kFloat32, 1), {}).ok());
+    ASSERT_TRUE(
+        Alloc(w[r], "rs_in", DType::kFloat32, 4, {FillKind::kArangePlusRank})
+            .ok());
+    ASSERT_TRUE(Alloc(w[r], "rs_out", DType::kFloat32, 1, {}).ok());
   }
   run_all([](int) { return Op(OpKind::kReduceScatter, 4, "rs_in", "rs_out"); });
   for (int r = 0; r < 4; ++r) {
@@ -166,7 +171,7 @@ TEST(SeedExamples, ScatterOnTwoRanks) {
   World w(2);
   AllocWith(w[0], "s", DType::kInt64, {0, 1, 2, 3});
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(w[r].Alloc(Spec("part", DType::kInt64, 2), {}).ok());
+    ASSERT_TRUE(Alloc(w[r], "part", DType::kInt64, 2, {}).ok());
   }
   // Rank 1 has no input at all.
   auto w0 = SubmitOk(w[0], Op(OpKind::kScatter, 0, "s", "part"));
@@ -186,7 +191,7 @@ TEST(Float16, InPlaceSumOverBitsThatLookLikeTheResult) {
   const uint16_t rank0[3] = {0x0002, 0x0004, 0x0001};
   const uint16_t rank1[3] = {0x4000, 0x4400, 0x3C00};  // 2.0, 4.0, 1.0
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(w[r].Alloc(Spec("x", DType::kFloat16, 3), {}).ok());
+    ASSERT_TRUE(Alloc(w[r], "x", DType::kFloat16, 3, {}).ok());
     ASSERT_TRUE(
         w[r].Write("x", 0, std::as_bytes(std::span(r == 0 ? rank0 : rank1)))
             .ok());

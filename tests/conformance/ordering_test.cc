@@ -21,7 +21,7 @@ TEST(PointToPoint, BothDirectionsAndRing) {
   World w(3);
   for (int r = 0; r < 3; ++r) {
     AllocWith(w[r], "buf", DType::kFloat64, {r * 10.0, r * 10.0 + 1});
-    ASSERT_TRUE(w[r].Alloc(Spec("rx", DType::kFloat64, 2), {}).ok());
+    ASSERT_TRUE(Alloc(w[r], "rx", DType::kFloat64, 2, {}).ok());
   }
   // seq 0: 0 -> 1 (rank 2 takes the seq with a nop); seq 1: 1 -> 0.
   for (auto [seq, from, to] : {std::tuple{0, 0, 1}, std::tuple{1, 1, 0}}) {
@@ -43,7 +43,7 @@ TEST(PointToPoint, BothDirectionsAndRing) {
   // Use the output-named recv form here.
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(w[r].Free("rx").ok());
   for (int r = 0; r < 3; ++r) {
-    ASSERT_TRUE(w[r].Alloc(Spec("rx", DType::kFloat64, 2), {}).ok());
+    ASSERT_TRUE(Alloc(w[r], "rx", DType::kFloat64, 2, {}).ok());
   }
   // seq 2: r -> r+1 for r = 0; seq 3: 1 -> 2; seq 4: 2 -> 0.
   for (int step = 0; step < 3; ++step) {
@@ -81,7 +81,7 @@ TEST(Ordering, OutOfOrderSubmissionsRunInSeqOrder) {
   World w(3);
   for (int r = 0; r < 3; ++r) {
     ASSERT_TRUE(
-        w[r].Alloc(Spec("t", DType::kInt64, 4), {FillKind::kRankPlusOne}).ok());
+        Alloc(w[r], "t", DType::kInt64, 4, {FillKind::kRankPlusOne}).ok());
   }
   // seq 0: broadcast from rank 2 (t = 3); seq 1: all_reduce sum (t = 9);
   // seq 2: all_reduce prod (t = 729). Submitted in reverse (rank 1 mixed).
@@ -129,8 +129,7 @@ TEST(Ordering, SeqGapIsDeclaredLostAndSkipped) {
   config.seq_gap_timeout = milliseconds(300);
   World w(2, config);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(
-        w[r].Alloc(Spec("t", DType::kFloat32, 3), {FillKind::kOnes}).ok());
+    ASSERT_TRUE(Alloc(w[r], "t", DType::kFloat32, 3, {FillKind::kOnes}).ok());
   }
   // seq 0 never comes; seq 1 waits behind it, then runs.
   const auto start = std::chrono::steady_clock::now();
@@ -160,12 +159,12 @@ TEST(Ordering, SeqGapIsDeclaredLostAndSkipped) {
 TEST(Validation, RefusesBadOpsBeforeQueueing) {
   World w(2);
   WorkerCore& c = w[0];
-  ASSERT_TRUE(c.Alloc(Spec("f4", DType::kFloat32, 4), {}).ok());
-  ASSERT_TRUE(c.Alloc(Spec("f5", DType::kFloat32, 5), {}).ok());
-  ASSERT_TRUE(c.Alloc(Spec("f8", DType::kFloat32, 8), {}).ok());
-  ASSERT_TRUE(c.Alloc(Spec("i4", DType::kInt32, 4), {}).ok());
-  ASSERT_TRUE(c.Alloc(Spec("bf", DType::kBFloat16, 4), {}).ok());
-  ASSERT_TRUE(c.Alloc(Spec("e4", DType::kFp8E4M3, 4), {}).ok());
+  ASSERT_TRUE(Alloc(c, "f4", DType::kFloat32, 4, {}).ok());
+  ASSERT_TRUE(Alloc(c, "f5", DType::kFloat32, 5, {}).ok());
+  ASSERT_TRUE(Alloc(c, "f8", DType::kFloat32, 8, {}).ok());
+  ASSERT_TRUE(Alloc(c, "i4", DType::kInt32, 4, {}).ok());
+  ASSERT_TRUE(Alloc(c, "bf", DType::kBFloat16, 4, {}).ok());
+  ASSERT_TRUE(Alloc(c, "e4", DType::kFp8E4M3, 4, {}).ok());
 
   auto code = [&](OpSpec spec) { return c.Submit(spec).status(); };
   auto expect = [&](absl::StatusCode want, OpSpec spec,
@@ -211,18 +210,27 @@ TEST(Validation, RefusesBadOpsBeforeQueueing) {
   OpSpec generation = Op(OpKind::kBarrier, seq);
   generation.generation = 7;
   expect(S::kFailedPrecondition, generation, "generation");
-  expect(S::kUnimplemented, next(Op(OpKind::kAllReduce, 0, "bf")), "bfloat16");
-  expect(S::kUnimplemented, next(Op(OpKind::kReduceScatter, 0, "e4")),
-         "fp8_e4m3");
-  OpSpec reduce = Op(OpKind::kReduce, 0, "bf");
-  expect(S::kUnimplemented, next(reduce), "NCCL");
+  // premul_sum scales in floating point on every backend.
+  OpSpec premul = Op(OpKind::kAllReduce, 0, "i4");
+  premul.reduce_op = ReduceOp::kPremulSum;
+  premul.premul_scale = 0.5;
+  expect(S::kInvalidArgument, next(premul), "premul_sum");
+  if (!kCuda) {
+    // Gloo moves these types but cannot reduce them; NCCL reduces them
+    // (the reduce cases run them there).
+    expect(S::kUnimplemented, next(Op(OpKind::kAllReduce, 0, "bf")),
+           "bfloat16");
+    expect(S::kUnimplemented, next(Op(OpKind::kReduceScatter, 0, "e4")),
+           "fp8_e4m3");
+    OpSpec reduce = Op(OpKind::kReduce, 0, "bf");
+    expect(S::kUnimplemented, next(reduce), "NCCL");
+  }
   // A refused seq cannot be reused, and the next seq runs at once (well
   // within the 20 s gap timeout) with bfloat16 moving fine.
   EXPECT_EQ(c.Submit(Op(OpKind::kBarrier, 0)).status().code(),
             S::kAlreadyExists);
   auto a = SubmitOk(w[0], Op(OpKind::kBroadcast, seq, "bf"));
-  ASSERT_TRUE(
-      w[1].Alloc(Spec("bf", DType::kBFloat16, 4), {FillKind::kArange}).ok());
+  ASSERT_TRUE(Alloc(w[1], "bf", DType::kBFloat16, 4, {FillKind::kArange}).ok());
   auto b = SubmitOk(w[1], Op(OpKind::kBroadcast, seq, "bf"));
   ASSERT_TRUE(a->Wait(std::chrono::seconds(5)).ok()) << a->status();
   ASSERT_TRUE(b->Wait(std::chrono::seconds(5)).ok()) << b->status();
@@ -248,8 +256,7 @@ TEST(Validation, NoWorldYet) {
 TEST(Work, BusyTensorsWorkTableAndCallbacks) {
   World w(2);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(
-        w[r].Alloc(Spec("t", DType::kFloat32, 2), {FillKind::kOnes}).ok());
+    ASSERT_TRUE(Alloc(w[r], "t", DType::kFloat32, 2, {FillKind::kOnes}).ok());
   }
   // Rank 0's seq 1 waits behind seq 0, holding "t"; async, so it is in the
   // work table.
@@ -304,7 +311,7 @@ TEST(Work, ShutdownCancelsQueuedOps) {
 
 TEST(Work, OpTimeoutBreaksTheCommunicator) {
   World w(2);
-  ASSERT_TRUE(w[0].Alloc(Spec("t", DType::kFloat32, 2), {}).ok());
+  ASSERT_TRUE(Alloc(w[0], "t", DType::kFloat32, 2, {}).ok());
   OpSpec spec = Op(OpKind::kAllReduce, 0, "t");
   spec.timeout = milliseconds(200);
   auto work = SubmitOk(w[0], spec);  // rank 1 never joins in
@@ -328,9 +335,9 @@ TEST(Bench, ChecksEveryOpKind) {
     const std::string in = "bin" + std::to_string(seq);
     const std::string out = "bout" + std::to_string(seq);
     for (int r = 0; r < 3; ++r) {
-      ASSERT_TRUE(w[r].Alloc(Spec(in, dtype, in_n), {}).ok());
+      ASSERT_TRUE(Alloc(w[r], in, dtype, in_n, {}).ok());
       if (!in_place) {
-        ASSERT_TRUE(w[r].Alloc(Spec(out, dtype, out_n), {}).ok());
+        ASSERT_TRUE(Alloc(w[r], out, dtype, out_n, {}).ok());
       }
       OpSpec spec = Op(kind, seq, in, in_place ? "" : out);
       spec.reduce_op = op;
@@ -380,6 +387,7 @@ TEST(Bench, ChecksEveryOpKind) {
   }
   for (DType dtype : kReducible) {
     for (ReduceOp op : kReduceOps) {
+      if (op == ReduceOp::kPremulSum && !TakesPremulScale(dtype)) continue;
       bench_all(OpKind::kAllReduce, dtype, op, 64, 64, false);
     }
   }
@@ -392,7 +400,7 @@ TEST(Large, SixteenMiBAllReduce) {
   const int64_t n = 4 << 20;  // float32: 16 MiB
   for (int r = 0; r < 3; ++r) {
     ASSERT_TRUE(
-        w[r].Alloc(Spec("big", DType::kFloat32, n), {FillKind::kArangePlusRank})
+        Alloc(w[r], "big", DType::kFloat32, n, {FillKind::kArangePlusRank})
             .ok());
   }
   std::vector<std::shared_ptr<Work>> works;
@@ -419,8 +427,8 @@ TEST(Large, SixteenMiBAllReduce) {
 // keeps working.
 TEST(Agreement, MismatchedCollectivesFailEverywhereAndTheWorldGoesOn) {
   World w(2);
-  ASSERT_TRUE(w[0].Alloc(Spec("x", DType::kFloat32, 4), {}).ok());
-  ASSERT_TRUE(w[1].Alloc(Spec("x", DType::kFloat32, 8), {}).ok());
+  ASSERT_TRUE(Alloc(w[0], "x", DType::kFloat32, 4, {}).ok());
+  ASSERT_TRUE(Alloc(w[1], "x", DType::kFloat32, 8, {}).ok());
   for (const absl::Status& status : RunPerRank(
            w,
            {Op(OpKind::kAllReduce, 0, "x"), Op(OpKind::kAllReduce, 0, "x")})) {
@@ -429,8 +437,8 @@ TEST(Agreement, MismatchedCollectivesFailEverywhereAndTheWorldGoesOn) {
               std::string::npos)
         << status;
   }
-  ASSERT_TRUE(w[0].Alloc(Spec("y", DType::kInt32, 4), {}).ok());
-  ASSERT_TRUE(w[1].Alloc(Spec("y", DType::kFloat32, 4), {}).ok());
+  ASSERT_TRUE(Alloc(w[0], "y", DType::kInt32, 4, {}).ok());
+  ASSERT_TRUE(Alloc(w[1], "y", DType::kFloat32, 4, {}).ok());
   for (const absl::Status& status : RunPerRank(
            w,
            {Op(OpKind::kBroadcast, 1, "y"), Op(OpKind::kBroadcast, 1, "y")})) {
@@ -439,7 +447,7 @@ TEST(Agreement, MismatchedCollectivesFailEverywhereAndTheWorldGoesOn) {
   }
   // Two different collectives at one seq.
   ASSERT_TRUE(w[1].Free("y").ok());
-  ASSERT_TRUE(w[1].Alloc(Spec("y", DType::kInt32, 4), {}).ok());
+  ASSERT_TRUE(Alloc(w[1], "y", DType::kInt32, 4, {}).ok());
   for (const absl::Status& status : RunPerRank(
            w,
            {Op(OpKind::kAllReduce, 2, "y"), Op(OpKind::kBroadcast, 2, "y")})) {
@@ -456,8 +464,8 @@ TEST(Agreement, MismatchedCollectivesFailEverywhereAndTheWorldGoesOn) {
 
 TEST(Agreement, SendRecvSizeMismatchFailsOnBothSides) {
   World w(2);
-  ASSERT_TRUE(w[0].Alloc(Spec("s", DType::kFloat32, 4), {}).ok());
-  ASSERT_TRUE(w[1].Alloc(Spec("s", DType::kFloat32, 2), {}).ok());
+  ASSERT_TRUE(Alloc(w[0], "s", DType::kFloat32, 4, {}).ok());
+  ASSERT_TRUE(Alloc(w[1], "s", DType::kFloat32, 2, {}).ok());
   OpSpec send = Op(OpKind::kSend, 0, "s");
   send.peer = 1;
   OpSpec recv = Op(OpKind::kRecv, 0, "s");
@@ -468,7 +476,7 @@ TEST(Agreement, SendRecvSizeMismatchFailsOnBothSides) {
         << status;
   }
   ASSERT_TRUE(w[1].Free("s").ok());
-  ASSERT_TRUE(w[1].Alloc(Spec("s", DType::kFloat32, 4), {}).ok());
+  ASSERT_TRUE(Alloc(w[1], "s", DType::kFloat32, 4, {}).ok());
   send.seq = recv.seq = 1;
   for (const absl::Status& status : RunPerRank(w, {send, recv})) {
     EXPECT_TRUE(status.ok()) << status;
@@ -482,7 +490,7 @@ TEST(Agreement, SendRecvSizeMismatchFailsOnBothSides) {
 TEST(Agreement, LoneRecvTimesOutAndSaysWhatIsMissing) {
   World w(2);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(w[r].Alloc(Spec("t", DType::kFloat32, 3), {}).ok());
+    ASSERT_TRUE(Alloc(w[r], "t", DType::kFloat32, 3, {}).ok());
   }
   OpSpec recv = Op(OpKind::kRecv, 0, "t");
   recv.peer = 0;

@@ -67,18 +67,20 @@ bool Close(DType dtype, double got, double want) {
   return std::fabs(got - want) <= rel * std::max(1.0, std::fabs(want));
 }
 
-TensorMeta Spec(const std::string& name, DType dtype, int64_t numel) {
+absl::StatusOr<TensorMeta> Alloc(WorkerCore& core, const std::string& name,
+                                 DType dtype, int64_t numel, const Fill& fill) {
   TensorMeta meta;
   meta.name = name;
   meta.dtype = dtype;
   meta.shape = {numel};
-  return meta;
+  meta.device = core.config().device;
+  return core.Alloc(meta, fill);
 }
 
 void AllocWith(WorkerCore& core, const std::string& name, DType dtype,
                const std::vector<double>& values) {
-  auto meta = core.Alloc(Spec(name, dtype, static_cast<int64_t>(values.size())),
-                         {FillKind::kUninitialized});
+  auto meta = Alloc(core, name, dtype, static_cast<int64_t>(values.size()),
+                    {FillKind::kUninitialized});
   ASSERT_TRUE(meta.ok()) << meta.status();
   std::vector<std::byte> bytes(values.size() * DTypeSize(dtype));
   for (size_t i = 0; i < values.size(); ++i) {

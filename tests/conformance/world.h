@@ -62,7 +62,10 @@ class World {
 
 double Rounded(DType dtype, double v);
 bool Close(DType dtype, double got, double want);
-TensorMeta Spec(const std::string& name, DType dtype, int64_t numel);
+// A 1-d tensor of `numel` on the core's own device.
+absl::StatusOr<TensorMeta> Alloc(WorkerCore& core, const std::string& name,
+                                 DType dtype, int64_t numel,
+                                 const Fill& fill = {});
 void AllocWith(WorkerCore& core, const std::string& name, DType dtype,
                const std::vector<double>& values);
 std::vector<double> ReadAll(WorkerCore& core, const std::string& name);
@@ -85,6 +88,9 @@ inline constexpr OpKind kCollectives[] = {
 inline constexpr DType kReducible[] = {
     DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32,
     DType::kInt64,   DType::kInt8,    DType::kUInt8};
+// What NCCL reduces besides (Gloo moves them but has no arithmetic for them).
+inline constexpr DType kReducibleOnNccl[] = {DType::kBFloat16, DType::kFp8E4M3,
+                                             DType::kFp8E5M2};
 inline constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd,
                                           ReduceOp::kMin, ReduceOp::kMax,
                                           ReduceOp::kAvg, ReduceOp::kPremulSum};

@@ -336,6 +336,10 @@ TEST_P(ConformanceTest, ReductionsEveryOpAndDtype) {
                           v1::OP_KIND_REDUCE_SCATTER}) {
     for (ReduceOp reduce : reduces) {
       for (DType dtype : dtypes) {
+        // Refused on every backend (the in-process suite checks that).
+        if (reduce == ReduceOp::kPremulSum && !TakesPremulScale(dtype)) {
+          continue;
+        }
         ++variant;
         Case c{kind, reduce, dtype};
         c.n = variant % 3 == 0 ? 1 : (variant % 3 == 1 ? 7 : 1023);
