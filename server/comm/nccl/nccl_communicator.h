@@ -111,6 +111,11 @@ class NcclCommunicator final : public Communicator {
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> FromControl(
       int rank, int size, int device, ncclComm_t control,
       std::chrono::milliseconds timeout);
+  // A communicator over `child` (a split or shrink's control lane) on
+  // `device`, its rank and size read from NCCL; errors name `where`.
+  static absl::StatusOr<std::unique_ptr<Communicator>> AdoptChild(
+      ncclComm_t child, int device, const std::string& where,
+      Clock::time_point deadline);
   // ncclCommSplit of `parent` (non-blocking), polled until parent and child
   // are ready or `deadline`. Null for a rank with color NCCL_SPLIT_NOCOLOR.
   static absl::StatusOr<ncclComm_t> SplitComm(ncclComm_t parent, int color,
