@@ -570,6 +570,7 @@ TEST_F(CoordinatorCoreTest, KvIsScopedByGeneration) {
 
 TEST_F(CoordinatorCoreTest, SequenceRangesAreDisjointAndContiguous) {
   Make(1);
+  FormWorld(1);
   constexpr int kThreads = 8;
   constexpr int kPerThread = 1000;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> got(kThreads);
@@ -597,12 +598,28 @@ TEST_F(CoordinatorCoreTest, SequenceRangesAreDisjointAndContiguous) {
   EXPECT_EQ(core_->ReserveSequence(0, "world", 1)->second, next);
   EXPECT_EQ(core_->ReserveSequence(0, "tp0", 4)->second, 0);
   EXPECT_EQ(core_->ReserveSequence(0, "tp0", 1)->second, 4);
-  FormWorld(1);
-  EXPECT_EQ(core_->ReserveSequence(0, "", 1)->second, 0);
+}
+
+// A coordinator that has formed no world yet (one that just restarted,
+// before its workers re-registered) has no generation to count in: seqs it
+// handed out would be numbered apart from those of the generation it then
+// adopts, and two ops could get one seq.
+TEST_F(CoordinatorCoreTest, NoSequencesBeforeAWorldHasFormed) {
+  Make(2);
+  auto early = core_->ReserveSequence(0, "world", 1);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(early.status().message()),
+              HasSubstr("no world has formed yet"));
+  FormWorld(2);
+  auto r = core_->ReserveSequence(0, "world", 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->first, 1);
+  EXPECT_EQ(r->second, 0);
 }
 
 TEST_F(CoordinatorCoreTest, SequenceRejectsBadCounts) {
   Make(1);
+  FormWorld(1);
   for (int64_t count : {int64_t{0}, int64_t{-1}, int64_t{1000001}}) {
     EXPECT_EQ(core_->ReserveSequence(0, "g", count).status().code(),
               absl::StatusCode::kInvalidArgument)
