@@ -112,6 +112,7 @@ class AgreeingCommunicator final : public Communicator {
       for (size_t r = 0; r < world; ++r) of_op[r] = all[r * n + i];
       if (absl::Status s = CompareCollective(collectives[i]->seq, of_op);
           !s.ok()) {
+        if (IsOutOfStep(s)) inner_->Abort(s);
         return s;
       }
     }
@@ -132,7 +133,9 @@ class AgreeingCommunicator final : public Communicator {
           name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
-    return ComparePointToPoint(op.seq, mine, theirs);
+    absl::Status compared = ComparePointToPoint(op.seq, mine, theirs);
+    if (IsOutOfStep(compared)) inner_->Abort(compared);
+    return compared;
   }
 
   static Clock::time_point Deadline(std::chrono::milliseconds timeout) {

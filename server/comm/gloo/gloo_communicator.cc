@@ -567,7 +567,9 @@ absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {
   CCL_RETURN_IF_ERROR(AllGatherHost(
       &mine, all.data(), sizeof(mine),
       Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1))));
-  return CompareCollective(op.seq, all);
+  absl::Status compared = CompareCollective(op.seq, all);
+  if (IsOutOfStep(compared)) Abort(compared);
+  return compared;
 }
 
 absl::Status GlooCommunicator::GuardExchange(
