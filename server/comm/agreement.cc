@@ -103,8 +103,8 @@ class AgreeingCommunicator final : public Communicator {
         mine.data(), all.data(), n * sizeof(mine[0]), Deadline(timeout));
     if (absl::IsDeadlineExceeded(exchanged)) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "not every rank reached seq ", first.seq, " within ", timeout.count(),
-          " ms; the ", name(), " communicator was aborted"));
+          "the ranks' agreement on seq ", first.seq, " did not complete within ",
+          timeout.count(), " ms; the ", name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
     for (size_t i = 0; i < n; ++i) {
