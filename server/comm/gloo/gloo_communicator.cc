@@ -241,10 +241,22 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     attr.hostname = data_host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(timeout);
+    // The passive side of each pair waits five times the context's timeout
+    // for its peer to connect. Once every address is in the store that
+    // takes milliseconds; a peer that gave up on this generation (its own
+    // connect was refused by a cut link, or it moved on to the next one)
+    // never connects, and waiting 5 x the op timeout for it (5 minutes by
+    // default) held this rank out of every later generation. Bounded here
+    // by the op timeout, at most kMaxConnectWait; the store's waits keep
+    // the full timeout (GlooKvStore), and ops pass their own.
+    constexpr std::chrono::milliseconds kMaxConnectWait(10000);
+    const auto connect_wait = std::min(timeout, kMaxConnectWait);
+    context->setTimeout(
+        std::max(connect_wait / 5, std::chrono::milliseconds(1)));
     GlooKvStore kv(store, timeout);
     gloo::rendezvous::PrefixStore prefixed(prefix, kv);
     context->connectFullMesh(prefixed, device);
+    context->setTimeout(timeout);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
         rank, size, data_host, prefix, &store, std::move(context)));
   } catch (const gloo::IoException& e) {
