@@ -167,8 +167,12 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
     spdlog::debug("ccworker: publishing the address for diagnosis: {}",
                   s.ToString());
   }
+  ShrinkInfo shrink;
+  shrink.from_generation = registered->world().shrunk_from_generation();
+  shrink.excluded_ranks.assign(registered->world().excluded_ranks().begin(),
+                               registered->world().excluded_ranks().end());
   absl::Status formed =
-      core_.FormWorld(rank, world_size, generation, *stores_.back());
+      core_.FormWorld(rank, world_size, generation, *stores_.back(), shrink);
   if (!formed.ok()) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
