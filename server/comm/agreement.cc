@@ -110,9 +110,10 @@ class AgreeingCommunicator final : public Communicator {
     absl::Status exchanged = inner_->AllGatherHost(
         mine.data(), all.data(), n * sizeof(mine[0]), Deadline(timeout));
     if (absl::IsDeadlineExceeded(exchanged)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the ranks' agreement on seq ", first.seq, " did not complete within ",
-          timeout.count(), " ms; the ", name(), " communicator was aborted"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("the ranks' agreement on seq ", first.seq,
+                       " did not complete within ", timeout.count(),
+                       " ms; the ", name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
     for (size_t i = 0; i < n; ++i) {

@@ -90,9 +90,9 @@ absl::Status CompareCollective(int64_t seq,
 absl::Status ComparePointToPoint(int64_t seq, const OpFingerprint& mine,
                                  const OpFingerprint& theirs) {
   if (theirs.seq != mine.seq) {
-    return OutOfStep(seq, absl::StrCat("rank ", mine.rank, " at seq ", mine.seq,
-                                       "; rank ", theirs.rank, " at seq ",
-                                       theirs.seq));
+    return OutOfStep(
+        seq, absl::StrCat("rank ", mine.rank, " at seq ", mine.seq, "; rank ",
+                          theirs.rank, " at seq ", theirs.seq));
   }
   const OpKind expected = static_cast<OpKind>(mine.kind) == OpKind::kSend
                               ? OpKind::kRecv

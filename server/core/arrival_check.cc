@@ -49,8 +49,8 @@ std::vector<std::string> Connect(const std::vector<std::string>& addresses) {
         found == nullptr) {
       continue;
     }
-    const int fd = socket(found->ai_family,
-                          SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const int fd =
+        socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd >= 0) {
       if (connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
         close(fd);
@@ -77,8 +77,8 @@ std::vector<std::string> Connect(const std::vector<std::string>& addresses) {
         deadline - Clock::now());
     if (left.count() <= 0) {
       for (size_t i : index) {
-        result[i] = absl::StrCat("connect timed out after ", kProbe.count(),
-                                 " ms");
+        result[i] =
+            absl::StrCat("connect timed out after ", kProbe.count(), " ms");
         close(fds[i]);
         fds[i] = -1;
       }
@@ -133,8 +133,8 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
     std::vector<std::string> addresses;
     for (size_t r = 0; r < n; ++r) {
       if (static_cast<int>(r) == group_rank) continue;
-      auto address = kv->Get(PeerAddressKey(world_ranks[r]),
-                             std::chrono::milliseconds(1));
+      auto address =
+          kv->Get(PeerAddressKey(world_ranks[r]), std::chrono::milliseconds(1));
       if (!address.ok()) continue;  // an older worker, or a test's store
       peers.push_back(r);
       addresses.push_back(*address);
@@ -144,9 +144,9 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
     std::vector<std::string> unreachable_ranks;
     for (size_t k = 0; k < peers.size(); ++k) {
       if (reached[k].empty()) continue;
-      unreachable.push_back(absl::StrCat("rank ",
-                                         Name(group, world_ranks, peers[k]),
-                                         " (", addresses[k], "): ", reached[k]));
+      unreachable.push_back(
+          absl::StrCat("rank ", Name(group, world_ranks, peers[k]), " (",
+                       addresses[k], "): ", reached[k]));
       unreachable_ranks.push_back(absl::StrCat(peers[k]));
     }
     if (!unreachable.empty()) {
@@ -176,8 +176,7 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
     std::vector<std::string> cut;
     for (size_t r = 0; r < n; ++r) {
       if (static_cast<int>(r) == group_rank) continue;
-      auto mark =
-          kv->Get(absl::StrCat(base, r), std::chrono::milliseconds(1));
+      auto mark = kv->Get(absl::StrCat(base, r), std::chrono::milliseconds(1));
       if (!mark.ok()) {
         missing.push_back(Name(group, world_ranks, r));
         continue;
@@ -193,10 +192,9 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
         }
       }
       if (!theirs.empty()) {
-        cut.push_back(absl::StrCat("rank ", Name(group, world_ranks, r),
-                                   " cannot reach rank",
-                                   theirs.size() == 1 ? " " : "s ",
-                                   absl::StrJoin(theirs, ", ")));
+        cut.push_back(absl::StrCat(
+            "rank ", Name(group, world_ranks, r), " cannot reach rank",
+            theirs.size() == 1 ? " " : "s ", absl::StrJoin(theirs, ", ")));
       }
     }
     if (!cut.empty()) parts.push_back(absl::StrJoin(cut, "; "));

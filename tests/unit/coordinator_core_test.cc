@@ -365,8 +365,7 @@ TEST_F(CoordinatorCoreTest, AReFormWaitsUntilEveryRankIsHeardFrom) {
   auto asked = core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"});
   ASSERT_TRUE(asked.ok()) << asked.status();
   EXPECT_EQ(asked->generation, 1);
-  EXPECT_EQ(core_->Heartbeat({2, 1, "w2", 0, 0, "peer reset"})->generation,
-            1);
+  EXPECT_EQ(core_->Heartbeat({2, 1, "w2", 0, 0, "peer reset"})->generation, 1);
   // The last rank's ordinary heartbeat completes the roll call: the reply
   // already names the new generation.
   auto last = core_->Heartbeat({0, 1, "w0", 0, 0, ""});
@@ -383,16 +382,12 @@ TEST_F(CoordinatorCoreTest, AKilledRankCostsOneGenerationNotTwo) {
   FormWorld(3);
   clock_.Advance(milliseconds(300));
   // Rank 2 is killed mid-op; the survivors' communicators break at once.
-  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation,
-            1);
-  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation,
-            1);
+  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation, 1);
+  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation, 1);
   // Rank 2 stays silent past the timeout and is lost.
   clock_.Advance(milliseconds(10500));
-  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation,
-            1);
-  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation,
-            1);
+  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation, 1);
+  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation, 1);
   core_->SweepLiveness();
   EXPECT_EQ(core_->GetWorld().state, WorldState::kDegraded);
   EXPECT_EQ(core_->GetWorld().generation, 1);
@@ -402,9 +397,7 @@ TEST_F(CoordinatorCoreTest, AKilledRankCostsOneGenerationNotTwo) {
   EXPECT_EQ(replacement->generation, 2);
   EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
   // The survivors' stale requests for generation 1 change nothing.
-  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})
-                .status()
-                .code(),
+  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"}).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(core_->GetWorld().generation, 2);
 }
