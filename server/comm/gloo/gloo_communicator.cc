@@ -313,6 +313,23 @@ absl::Status GlooCommunicator::Health() const {
   return broken_;
 }
 
+absl::Status GlooCommunicator::AbortedUnder(const std::string& where,
+                                            const char* what) const {
+  // Launch checked the communicator was whole, so a broken one here was
+  // aborted by another thread while the op ran (a re-form, an agreement
+  // that timed out). Its connections were closed under Gloo, whose event
+  // loop then fails an enforce (epoll_ctl on a closed descriptor, found by
+  // tests/chaos): that is the abort, with the abort's code and reason, not
+  // an internal error of this worker.
+  if (absl::Status aborted = Health(); !aborted.ok()) {
+    return absl::Status(
+        aborted.code(),
+        absl::StrCat(where, ": the communicator was aborted under the op (",
+                     aborted.message(), "); gloo said: ", what));
+  }
+  return absl::InternalError(absl::StrCat(where, ": ", what));
+}
+
 void GlooCommunicator::Abort(const absl::Status& why) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -370,12 +387,12 @@ absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
     poison = true;
     status = absl::UnavailableError(absl::StrCat(where, ": ", e.what()));
   } catch (const gloo::EnforceNotMet& e) {
-    status = absl::InternalError(absl::StrCat(where, ": ", e.what()));
+    status = AbortedUnder(where, e.what());
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
         absl::StrCat(where, ": out of host memory for a staging buffer"));
   } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat(where, ": ", e.what()));
+    status = AbortedUnder(where, e.what());
   }
   if (poison) Abort(status);
   return std::make_unique<CompletedWork>(std::move(status), MicrosSince(start));
@@ -596,7 +613,7 @@ absl::Status GlooCommunicator::GuardExchange(
   } catch (const gloo::Exception& e) {
     status = absl::UnavailableError(e.what());
   } catch (const std::exception& e) {
-    status = absl::InternalError(e.what());
+    status = AbortedUnder("gloo host exchange", e.what());
   }
   Abort(status);
   return status;
