@@ -818,8 +818,10 @@ class Client:
         name = name or f"{self._prefix}g{next(_names)}"
         seconds = _seconds(timeout, self.timeout)
         seq, generation = self._reserve("world")
-        request = worker_pb2.CreateGroupRequest(name=name, ranks=ranks,
-                                                seq=seq)
+        # The generation the seq belongs to: a worker still forming it
+        # waits, instead of meeting that seq of the generation before.
+        request = worker_pb2.CreateGroupRequest(
+            name=name, ranks=ranks, seq=seq, generation=generation)
         self._unary_all("CreateGroup",
                         {r: request for r in self._world_ranks()},
                         seconds + RPC_MARGIN_S)
