@@ -100,6 +100,8 @@ class Run:
         self.coord, self.workers = c.coord, c.workers
         self.coord_address = c.coord_address
         self.probe_client, self.ccl = c.client, c.ccl
+        if "client" in a.faults and a.clients == 0:
+            a.faults = [f for f in a.faults if f != "client"]
         if "partition" in a.faults and not self.netns:
             print("chaos: partitions need --netns on; left out")
             a.faults = [f for f in a.faults if f != "partition"]
@@ -239,7 +241,11 @@ class Run:
             self.coord.start()
             self.coord.wait_port()
         elif kind == "client":
-            cid = self.rng.choice(sorted(self.clients))
+            # One of the clients running now: a dead one picked again would
+            # cost nothing to kill and still get a replacement, so the
+            # number of clients would grow with every such pick.
+            cid = self.rng.choice(sorted(c for c, p in self.clients.items()
+                                         if p.alive()))
             # Somewhere inside an op: clients are busy all the time.
             time.sleep(self.rng.uniform(0, 0.5))
             rec.update(target=cid)
