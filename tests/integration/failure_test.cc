@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -662,6 +664,17 @@ TEST_F(ElasticShrinkTest, AKilledRankIsDroppedAndTheWorldGoesOn) {
     EXPECT_EQ(summary->head(0), old_rank) << "new rank " << rank;
   }
   ExpectCorrectAllReduce("check");
+  // NCCL shrinks the survivors' communicator (ncclCommShrink) instead of a
+  // new rendezvous; Gloo has no shrink and says it builds a new one.
+  std::ifstream log(cluster_->worker(0).log_path());
+  std::stringstream text;
+  text << log.rdbuf();
+  const std::string formed =
+      absl::StrCat("world communicator of generation ", *ready, " (0 of ",
+                   kWorkers - 1, ") ");
+  EXPECT_THAT(text.str(),
+              ::testing::HasSubstr(absl::StrCat(
+                  formed, kCuda ? "shrunk from the last one" : "built")));
 }
 
 }  // namespace
