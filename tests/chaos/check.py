@@ -372,9 +372,13 @@ class Checker:
         a = self.args
         if a is None or getattr(a, "rss_after", None) is None:
             return
-        starts = [e["t"] for e in self.daemon_events if e["ev"] == "start"]
-        warm = (min(starts) if starts else 0) + a.rss_after
+        # Each incarnation warms up from its own start: a worker restarted
+        # after a kill fills its communicators' buffers again.
+        starts = {f"{e['proc']}.{e['incarnation']}": e["t"]
+                  for e in self.daemon_events if e["ev"] == "start"}
         for name, samples in sorted(self.load("rss.json", {}).items()):
+            warm = starts.get(name, samples[0][0] if samples else 0)
+            warm += a.rss_after
             post = [k for t, k in samples if t >= warm]
             if len(post) < 10:
                 continue
