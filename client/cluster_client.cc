@@ -129,6 +129,7 @@ std::vector<RankResult<v1::GroupInfo>> ClusterClient::CreateGroup(
   request.set_name(name);
   for (int rank : ranks) request.add_ranks(rank);
   request.set_seq(*seq);
+  request.set_generation(world_.generation());
   return FanOut<v1::GroupInfo>(AllRanks(), [&](int rank) {
     auto context = Context(kRpcMargin);
     return Unary<v1::GroupInfo>([&](v1::GroupInfo* response) {

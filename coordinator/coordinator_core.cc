@@ -109,6 +109,7 @@ CoordinatorCore::WaitId CoordinatorCore::NewWaitId() {
 void CoordinatorCore::StartGenerationLocked(int64_t next, Deferred& deferred) {
   const int64_t previous = generation_;
   generation_ = next;
+  reform_requested_at_.reset();
   kv_.Advance(next,
               absl::AbortedError(absl::StrCat("generation ", previous,
                                               " is over (current is ", next,

@@ -249,6 +249,9 @@ class CoordinatorCore {
   ShrinkRecord last_shrink_;
   absl::StatusOr<HeartbeatResult> HeartbeatLocked(
       const HeartbeatRequest& request, Deferred& deferred);
+  // Starts the re-form a rank asked for once every member has been heard
+  // from since it asked (see reform_requested_at_).
+  void MaybeReformLocked(Deferred& deferred);
   WorldState StateLocked() const;
   WorldInfo SnapshotLocked() const;
   // The snapshot Register replies share: rebuilt only when the roster or
@@ -281,6 +284,17 @@ class CoordinatorCore {
   uint64_t snapshot_version_ = 0;
   int64_t snapshot_generation_ = -1;
   std::unordered_map<WaitId, RegisterWaiter> register_waiters_;
+  // A rank of a complete world reported its communicator broken. The new
+  // generation starts once every member has heartbeated since then: a rank
+  // whose peer was just killed reports at once, before the dead peer's
+  // silence makes it LOST, and a generation granted then would count the
+  // dead rank in, fail its rendezvous, and need a second generation when a
+  // replacement comes. Waiting costs live members at most one heartbeat
+  // interval; a member that stays silent is declared lost instead, and the
+  // world re-forms once, when it or a replacement registers.
+  std::optional<TimePoint> reform_requested_at_;
+  std::string reform_reason_;
+  int reform_rank_ = -1;
   KvSpace kv_;
 
   // Last, so that it is destroyed first: its thread runs callbacks that use

@@ -133,6 +133,17 @@ absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::ReserveSequence(
                      kMaxSequenceCount, "], got ", count));
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  // Before a world has formed (a coordinator that just restarted, before
+  // its workers re-registered and it adopted their generation) there is no
+  // generation to count in. Seqs of "generation 0" would reach the workers
+  // as ops for whatever generation they run, numbered from a counter apart
+  // from the one the adopted generation continues: two ops could get one
+  // seq, and ranks would pair different ops.
+  if (generation_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "reserve sequence: no world has formed yet (", DescribeMissingLocked(),
+        "); sequence numbers are handed out once it has"));
+  }
   absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
   if (!gen.ok()) return gen.status();
   return std::make_pair(*gen, kv_.Reserve(*gen, group, count));

@@ -72,14 +72,37 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
   // Only a whole world re-forms at once; a degraded one re-forms when the
   // missing rank comes back (Register does that).
   if (!request.reform_reason.empty() &&
-      StateLocked() == WorldState::kComplete) {
-    StartGenerationLocked(generation_ + 1, deferred);
-    spdlog::warn(
-        "generation {}: rank {} asked to re-form the world ({}); every rank "
-        "re-registers into it",
+      StateLocked() == WorldState::kComplete && !reform_requested_at_) {
+    reform_requested_at_ = member->last_seen;
+    reform_reason_ = request.reform_reason;
+    reform_rank_ = request.rank;
+    spdlog::info(
+        "generation {}: rank {} asks to re-form the world ({}); starting "
+        "once every rank has been heard from",
         generation_, request.rank, request.reform_reason);
   }
+  MaybeReformLocked(deferred);
   return HeartbeatResult{generation_, StateLocked()};
+}
+
+void CoordinatorCore::MaybeReformLocked(Deferred& deferred) {
+  if (!reform_requested_at_) return;
+  if (StateLocked() != WorldState::kComplete) {
+    // A member was lost meanwhile: the world re-forms when it, or a
+    // replacement, registers.
+    reform_requested_at_.reset();
+    return;
+  }
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    if (roster_.Find(rank)->last_seen < *reform_requested_at_) return;
+  }
+  const int asked = reform_rank_;
+  const std::string reason = reform_reason_;
+  StartGenerationLocked(generation_ + 1, deferred);
+  spdlog::warn(
+      "generation {}: rank {} asked to re-form the world ({}); every rank "
+      "re-registers into it",
+      generation_, asked, reason);
 }
 
 void CoordinatorCore::SweepLocked(Deferred& deferred) {
@@ -107,6 +130,7 @@ void CoordinatorCore::SweepLocked(Deferred& deferred) {
                    deferred);
   }
   if (lost) ShrinkLocked(deferred);
+  MaybeReformLocked(deferred);
 }
 
 void CoordinatorCore::SweepLiveness() {

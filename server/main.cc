@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/daemon_flags.h"
 #include "common/grpc_health.h"
+#include "common/heap_policy.h"
 #include "common/hostname_rank.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
@@ -82,6 +83,7 @@ class StopSignal {
 
 int main(int argc, char** argv) {
   ccl::PrepareDaemonProcess(argv[0]);
+  ccl::KeepLargeBuffersOutOfTheHeap();
   CLI::App app{"ccworker: a collective-communication worker daemon"};
   std::string default_coordinator = EnvOr("CCL_COORDINATOR", "");
   if (default_coordinator.empty() && std::getenv("MASTER_ADDR")) {

@@ -110,9 +110,10 @@ class AgreeingCommunicator final : public Communicator {
     absl::Status exchanged = inner_->AllGatherHost(
         mine.data(), all.data(), n * sizeof(mine[0]), Deadline(timeout));
     if (absl::IsDeadlineExceeded(exchanged)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "not every rank reached seq ", first.seq, " within ", timeout.count(),
-          " ms; the ", name(), " communicator was aborted"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("the ranks' agreement on seq ", first.seq,
+                       " did not complete within ", timeout.count(),
+                       " ms; the ", name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
     for (size_t i = 0; i < n; ++i) {
@@ -120,6 +121,7 @@ class AgreeingCommunicator final : public Communicator {
       for (size_t r = 0; r < world; ++r) of_op[r] = all[r * n + i];
       if (absl::Status s = CompareCollective(collectives[i]->seq, of_op);
           !s.ok()) {
+        if (IsOutOfStep(s)) inner_->Abort(s);
         return s;
       }
     }
@@ -140,7 +142,9 @@ class AgreeingCommunicator final : public Communicator {
           name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
-    return ComparePointToPoint(op.seq, mine, theirs);
+    absl::Status compared = ComparePointToPoint(op.seq, mine, theirs);
+    if (IsOutOfStep(compared)) inner_->Abort(compared);
+    return compared;
   }
 
   static Clock::time_point Deadline(std::chrono::milliseconds timeout) {

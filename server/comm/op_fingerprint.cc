@@ -1,5 +1,8 @@
 #include "server/comm/op_fingerprint.h"
 
+#include <map>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -11,7 +14,22 @@ bool SameCollective(const OpFingerprint& a, const OpFingerprint& b) {
          a.count == b.count && a.root == b.root;
 }
 
+constexpr char kOutOfStep[] = "ranks are out of step";
+
+absl::Status OutOfStep(int64_t seq, const std::string& where) {
+  return absl::AbortedError(absl::StrCat(
+      kOutOfStep, " at seq ", seq, ": ", where,
+      ". A seq reached only some ranks (its client died while sending it, or "
+      "a rank refused it) and the others went on without it; nothing was "
+      "sent, and the communicator was aborted so that the group re-forms"));
+}
+
 }  // namespace
+
+bool IsOutOfStep(const absl::Status& status) {
+  return absl::IsAborted(status) &&
+         absl::StrContains(status.message(), kOutOfStep);
+}
 
 OpFingerprint FingerprintOf(const BoundOp& op, int rank) {
   const bool reduction = IsReduction(op.kind);
@@ -22,7 +40,8 @@ OpFingerprint FingerprintOf(const BoundOp& op, int rank) {
                        reduction ? static_cast<int32_t>(op.reduce_op) : -1,
                        op.count,
                        rooted ? op.root : -1,
-                       op.peer};
+                       op.peer,
+                       op.seq};
 }
 
 std::string Describe(const OpFingerprint& f) {
@@ -46,6 +65,16 @@ std::string Describe(const OpFingerprint& f) {
 absl::Status CompareCollective(int64_t seq,
                                const std::vector<OpFingerprint>& all) {
   if (all.empty()) return absl::OkStatus();
+  std::map<int64_t, std::vector<int32_t>> at_seq;
+  for (const OpFingerprint& f : all) at_seq[f.seq].push_back(f.rank);
+  if (at_seq.size() > 1) {
+    std::vector<std::string> where;
+    for (const auto& [s, ranks] : at_seq) {
+      where.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                                   absl::StrJoin(ranks, ", "), " at seq ", s));
+    }
+    return OutOfStep(seq, absl::StrJoin(where, "; "));
+  }
   std::vector<std::string> differing;
   for (const OpFingerprint& other : all) {
     if (!SameCollective(other, all[0])) differing.push_back(Describe(other));
@@ -60,6 +89,11 @@ absl::Status CompareCollective(int64_t seq,
 
 absl::Status ComparePointToPoint(int64_t seq, const OpFingerprint& mine,
                                  const OpFingerprint& theirs) {
+  if (theirs.seq != mine.seq) {
+    return OutOfStep(
+        seq, absl::StrCat("rank ", mine.rank, " at seq ", mine.seq, "; rank ",
+                          theirs.rank, " at seq ", theirs.seq));
+  }
   const OpKind expected = static_cast<OpKind>(mine.kind) == OpKind::kSend
                               ? OpKind::kRecv
                               : OpKind::kSend;

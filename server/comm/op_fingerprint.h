@@ -23,8 +23,13 @@ struct OpFingerprint {
   int64_t count;
   int32_t root;  // -1 unless rooted
   int32_t peer;
+  // The host exchanges pair calls by their order on each rank, not by seq.
+  // Ranks that skipped different seqs (one reached only some of them: its
+  // client died mid-submit, or a rank refused it) would pair different ops
+  // from then on; the seq shows it.
+  int64_t seq;
 };
-static_assert(sizeof(OpFingerprint) == 32);
+static_assert(sizeof(OpFingerprint) == 40);
 
 OpFingerprint FingerprintOf(const BoundOp& op, int rank);
 // "rank 1 runs all_reduce of 8 float32 (sum)".
@@ -33,11 +38,17 @@ std::string Describe(const OpFingerprint& f);
 // INVALID_ARGUMENT naming every rank that differs from rank 0 when the
 // fingerprints of one collective (one per rank, in rank order) disagree.
 // Every rank sees the same fingerprints, so every rank fails alike.
+// ABORTED when they are of different seqs: the ranks are out of step, every
+// later exchange would pair different ops too, and the caller must abort
+// the communicator (IsOutOfStep) so that the group re-forms.
 absl::Status CompareCollective(int64_t seq,
                                const std::vector<OpFingerprint>& all);
 // INVALID_ARGUMENT unless `theirs` is the matching half of `mine` (a recv
-// for a send, from this rank, of the same dtype and count).
+// for a send, from this rank, of the same dtype and count); ABORTED, as
+// above, when it is of another seq.
 absl::Status ComparePointToPoint(int64_t seq, const OpFingerprint& mine,
                                  const OpFingerprint& theirs);
+// Whether a Compare* error says the ranks are out of step.
+bool IsOutOfStep(const absl::Status& status);
 
 }  // namespace ccl

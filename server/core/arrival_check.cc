@@ -1,51 +1,216 @@
 #include "server/core/arrival_check.h"
 
-#include <chrono>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "server/core/types.h"
 
 namespace ccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kWindow = std::chrono::seconds(1);
+constexpr auto kProbe = std::chrono::milliseconds(500);
+constexpr size_t kMaxChecked = 64;
+
+// One non-blocking connect per address, all waited for together until
+// `kProbe` has passed. Returns, per index, "" when it connected, else why
+// not. Addresses that do not parse or resolve are skipped ("").
+std::vector<std::string> Connect(const std::vector<std::string>& addresses) {
+  std::vector<std::string> result(addresses.size());
+  std::vector<int> fds(addresses.size(), -1);
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const std::string& address = addresses[i];
+    const size_t colon = address.rfind(':');
+    if (address.empty() || colon == std::string::npos) continue;
+    std::string host = address.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    const std::string port = address.substr(colon + 1);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 ||
+        found == nullptr) {
+      continue;
+    }
+    const int fd =
+        socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+      if (connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+        close(fd);
+      } else if (errno == EINPROGRESS) {
+        fds[i] = fd;
+      } else {
+        result[i] = std::strerror(errno);
+        close(fd);
+      }
+    }
+    freeaddrinfo(found);
+  }
+  const Clock::time_point deadline = Clock::now() + kProbe;
+  while (true) {
+    std::vector<pollfd> pending;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i] < 0) continue;
+      pending.push_back({fds[i], POLLOUT, 0});
+      index.push_back(i);
+    }
+    if (pending.empty()) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - Clock::now());
+    if (left.count() <= 0) {
+      for (size_t i : index) {
+        result[i] =
+            absl::StrCat("connect timed out after ", kProbe.count(), " ms");
+        close(fds[i]);
+        fds[i] = -1;
+      }
+      break;
+    }
+    if (poll(pending.data(), pending.size(), static_cast<int>(left.count())) <
+        0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (size_t k = 0; k < pending.size(); ++k) {
+      if (pending[k].revents == 0) continue;
+      const size_t i = index[k];
+      int error = 0;
+      socklen_t length = sizeof(error);
+      getsockopt(fds[i], SOL_SOCKET, SO_ERROR, &error, &length);
+      if (error != 0) result[i] = std::strerror(error);
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  }
+  for (int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
+  return result;
+}
+
+std::string Name(const std::string& group, const std::vector<int>& world_ranks,
+                 size_t r) {
+  return group == kWorldGroup
+             ? absl::StrCat(r)
+             : absl::StrCat(r, " (world rank ", world_ranks[r], ")");
+}
+
+}  // namespace
+
+std::string PeerAddressKey(int world_rank) {
+  return absl::StrCat("addr/", world_rank);
+}
 
 Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
                                  std::vector<int> world_ranks) {
   if (kv == nullptr) return nullptr;
   return [kv, group = std::move(group), group_rank,
-          world_ranks = std::move(world_ranks)](int64_t seq) -> std::string {
-    constexpr auto kWindow = std::chrono::seconds(1);
-    constexpr size_t kMaxChecked = 64;
+          world_ranks = std::move(world_ranks)](int64_t seq,
+                                                bool arrival) -> std::string {
+    const size_t n = std::min(world_ranks.size(), kMaxChecked + 1);
+    std::vector<std::string> parts;
+
+    // Which peers this rank cannot reach.
+    std::vector<size_t> peers;
+    std::vector<std::string> addresses;
+    for (size_t r = 0; r < n; ++r) {
+      if (static_cast<int>(r) == group_rank) continue;
+      auto address =
+          kv->Get(PeerAddressKey(world_ranks[r]), std::chrono::milliseconds(1));
+      if (!address.ok()) continue;  // an older worker, or a test's store
+      peers.push_back(r);
+      addresses.push_back(*address);
+    }
+    const std::vector<std::string> reached = Connect(addresses);
+    std::vector<std::string> unreachable;
+    std::vector<std::string> unreachable_ranks;
+    for (size_t k = 0; k < peers.size(); ++k) {
+      if (reached[k].empty()) continue;
+      unreachable.push_back(
+          absl::StrCat("rank ", Name(group, world_ranks, peers[k]), " (",
+                       addresses[k], "): ", reached[k]));
+      unreachable_ranks.push_back(absl::StrCat(peers[k]));
+    }
+    if (!unreachable.empty()) {
+      parts.push_back(absl::StrCat(
+          "unreachable from rank ", Name(group, world_ranks, group_rank),
+          " of group ", group, ": ", absl::StrJoin(unreachable, "; "),
+          " (a link that drops or rejects packets, or a worker that is gone)"));
+    }
+    if (!arrival) return absl::StrJoin(parts, "; ");
+
+    // Which ranks never reached the op, and whom the others cannot reach.
     const std::string base = absl::StrCat("reached/", group, "/", seq, "/");
-    if (!kv->Set(absl::StrCat(base, group_rank), "1").ok()) return "";
+    if (!kv->Set(absl::StrCat(base, group_rank),
+                 absl::StrCat("1;", absl::StrJoin(unreachable_ranks, ",")))
+             .ok()) {
+      return absl::StrJoin(parts, "; ");
+    }
     std::vector<std::string> others;
-    for (size_t r = 0; r < world_ranks.size() && others.size() < kMaxChecked;
-         ++r) {
+    for (size_t r = 0; r < n; ++r) {
       if (static_cast<int>(r) != group_rank) {
         others.push_back(absl::StrCat(base, r));
       }
     }
-    if (others.empty()) return "";
-    if (kv->Wait(others, kWindow).ok()) {
-      return absl::StrCat("every rank of group ", group, " reached seq ", seq,
-                          " and failed there");
-    }
+    if (others.empty()) return absl::StrJoin(parts, "; ");
+    const bool everyone = kv->Wait(others, kWindow).ok();
     std::vector<std::string> missing;
-    for (size_t r = 0; r < world_ranks.size() && r < kMaxChecked + 1; ++r) {
+    std::vector<std::string> cut;
+    for (size_t r = 0; r < n; ++r) {
       if (static_cast<int>(r) == group_rank) continue;
-      if (kv->Get(absl::StrCat(base, r), std::chrono::milliseconds(1)).ok()) {
+      auto mark = kv->Get(absl::StrCat(base, r), std::chrono::milliseconds(1));
+      if (!mark.ok()) {
+        missing.push_back(Name(group, world_ranks, r));
         continue;
       }
-      missing.push_back(
-          group == kWorldGroup
-              ? absl::StrCat(r)
-              : absl::StrCat(r, " (world rank ", world_ranks[r], ")"));
+      const size_t semi = mark->find(';');
+      if (semi == std::string::npos || semi + 1 >= mark->size()) continue;
+      std::vector<std::string> theirs;
+      for (absl::string_view peer :
+           absl::StrSplit(mark->substr(semi + 1), ',', absl::SkipEmpty())) {
+        size_t p = 0;
+        if (absl::SimpleAtoi(peer, &p) && p < world_ranks.size()) {
+          theirs.push_back(Name(group, world_ranks, p));
+        }
+      }
+      if (!theirs.empty()) {
+        cut.push_back(absl::StrCat(
+            "rank ", Name(group, world_ranks, r), " cannot reach rank",
+            theirs.size() == 1 ? " " : "s ", absl::StrJoin(theirs, ", ")));
+      }
     }
-    if (missing.empty()) return "";
-    return absl::StrCat(
-        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
-        " of group ", group, " never reached seq ", seq,
-        " (no report within 1 s of this rank's failure: dead, stopped, or "
-        "still on an earlier op; `ccctl debug ops` shows where each rank is)");
+    if (!cut.empty()) parts.push_back(absl::StrJoin(cut, "; "));
+    if (everyone || missing.empty()) {
+      parts.push_back(absl::StrCat("every rank of group ", group,
+                                   " reached seq ", seq, " and failed there"));
+    } else {
+      parts.push_back(absl::StrCat(
+          missing.size() == 1 ? "rank " : "ranks ",
+          absl::StrJoin(missing, ", "), " of group ", group,
+          " never reached seq ", seq,
+          " (no report within 1 s of this rank's failure: dead, stopped, or "
+          "still on an earlier op; `ccctl debug ops` shows where each rank "
+          "is)"));
+    }
+    return absl::StrJoin(parts, "; ");
   };
 }
 

@@ -229,13 +229,16 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
   if (absl::IsDeadlineExceeded(status) && !handle->IsCompleted()) {
     handle->Abort();
   }
-  // Only a timeout: every rank that reached the op times out at about the
-  // same moment, so missing marks mean missing ranks. A lost peer fails
-  // its neighbours at once and the rest only at their timeout, which would
-  // misname ranks still waiting.
-  if (diagnose_ && absl::IsDeadlineExceeded(status) &&
-      task->involves_every_rank()) {
-    if (std::string why = diagnose_(task->seq()); !why.empty()) {
+  // Arrival only after a timeout: every rank that reached the op times out
+  // at about the same moment, so missing marks mean missing ranks. A lost
+  // peer fails its neighbours at once and the rest only at their timeout,
+  // which would misname ranks still waiting; but a peer this rank cannot
+  // reach is worth naming either way.
+  if (diagnose_ &&
+      (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status))) {
+    const bool arrival =
+        absl::IsDeadlineExceeded(status) && task->involves_every_rank();
+    if (std::string why = diagnose_(task->seq(), arrival); !why.empty()) {
       status = absl::Status(status.code(),
                             absl::StrCat(status.message(), "; ", why));
     }

@@ -63,9 +63,12 @@ class ExecutorTask {
 
 class Executor {
  public:
-  // Says which ranks of the group did not reach `seq`; asked when an op
-  // timed out, and appended to its error. May block briefly.
-  using Diagnosis = std::function<std::string(int64_t seq)>;
+  // Says what went wrong with `seq` beyond the backend's own error: which
+  // ranks never reached it (asked only when it timed out on an op of every
+  // rank, `arrival`) and which peers this rank cannot reach. Asked when an
+  // op timed out or lost a peer, and appended to its error. May block
+  // briefly.
+  using Diagnosis = std::function<std::string(int64_t seq, bool arrival)>;
 
   Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,
            std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr);

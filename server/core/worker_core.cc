@@ -443,9 +443,10 @@ class WorkerCoreImpl final : public WorkerCore {
 
   absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
       const std::string& name, std::vector<int> ranks, int64_t world_seq,
-      std::chrono::milliseconds timeout) override {
+      int64_t world_generation, std::chrono::milliseconds timeout) override {
     OpSpec probe;
     probe.seq = world_seq;
+    probe.generation = world_generation;
     std::shared_ptr<Executor> world;
     CCL_ASSIGN_OR_RETURN(world, FindGroup(probe));
     if (world_seq < 0) {

@@ -155,9 +155,11 @@ class WorkerCore {
   // seqs start at 0. INVALID_ARGUMENT for a bad name or rank list,
   // ALREADY_EXISTS for a name already taken ("world" is), before anything
   // is queued; the returned work completes when the group is usable here.
+  // `generation` (0: the current one) is the one `world_seq` belongs to;
+  // FAILED_PRECONDITION when this worker is in another.
   virtual absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
       const std::string& name, std::vector<int> ranks, int64_t world_seq,
-      std::chrono::milliseconds timeout) = 0;
+      int64_t generation, std::chrono::milliseconds timeout) = 0;
 
   // Runs `ready` once this worker is in generation `generation` or later:
   // at once if it already is, else when FormWorld gets there (a request

@@ -558,22 +558,28 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
         (deadline - std::chrono::system_clock::now()) * 4 / 5);
     if (timeout.count() <= 0) timeout = std::chrono::milliseconds(1);
   }
-  auto work =
-      core_.CreateGroup(request->name(), ranks, request->seq(), timeout);
-  if (!work.ok()) return Finish(context, work.status());
   auto* reactor = new CallReactor();
-  Work* held = work->get();
-  WorkerCore* core = &core_;
-  const std::string name = request->name();
-  reactor->Attach(*work, [held, response, core, name] {
-    absl::Status status = held->status();
-    if (status.ok()) {
-      for (const GroupInfo& group : core->Groups()) {
-        if (group.name == name) GroupToProto(group, response);
-      }
-    }
-    return status;
-  });
+  // The world seq was reserved in request->generation(): a split for a
+  // generation this worker is still forming waits for it, as ops do.
+  InGeneration(
+      request->generation(), timeout.count(), reactor,
+      [this, request, response, reactor, ranks = std::move(ranks), timeout] {
+        auto work = core_.CreateGroup(request->name(), ranks, request->seq(),
+                                      request->generation(), timeout);
+        if (!work.ok()) return reactor->Fail(work.status());
+        Work* held = work->get();
+        WorkerCore* core = &core_;
+        const std::string name = request->name();
+        reactor->Attach(*work, [held, response, core, name] {
+          absl::Status status = held->status();
+          if (status.ok()) {
+            for (const GroupInfo& group : core->Groups()) {
+              if (group.name == name) GroupToProto(group, response);
+            }
+          }
+          return status;
+        });
+      });
   return reactor;
 }
 

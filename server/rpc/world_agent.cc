@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/heartbeat_policy.h"
+#include "server/core/arrival_check.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl {
@@ -157,6 +158,15 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   if (!first) SetState("re-forming");
   stores_.push_back(
       std::make_unique<CoordinatorKvStore>(coordinator_, generation));
+  // Where the peers' failure diagnosis can try to reach this worker (a
+  // link cut between two workers then shows by name). Best effort: a
+  // diagnosis without it just names no unreachable peer.
+  if (absl::Status s = stores_.back()->Set(PeerAddressKey(rank),
+                                           options_.registration.address());
+      !s.ok()) {
+    spdlog::debug("ccworker: publishing the address for diagnosis: {}",
+                  s.ToString());
+  }
   ShrinkInfo shrink;
   shrink.from_generation = registered->world().shrunk_from_generation();
   shrink.excluded_ranks.assign(registered->world().excluded_ranks().begin(),

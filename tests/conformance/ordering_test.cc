@@ -483,6 +483,43 @@ TEST(Agreement, SendRecvSizeMismatchFailsOnBothSides) {
   }
 }
 
+// A seq that reached only some ranks (its client died while sending it):
+// the others declare it lost after the gap timeout and go on to the next
+// seq, while the ranks that got it run it. The fingerprint exchange pairs
+// calls by their order, not by seq, so without the seq in the fingerprint
+// rank 0's seq 0 was paired with rank 1's seq 1 (identical ops passed,
+// different ones failed as "ranks disagree"), and every later exchange of
+// the group stayed off by one. Now both ranks see that they are out of step,
+// fail at once, and the communicator is aborted so that the group re-forms.
+TEST(Agreement, RanksThatSkippedDifferentSeqsAreOutOfStep) {
+  WorkerConfig config = DefaultConfig();
+  config.seq_gap_timeout = milliseconds(300);
+  World w(2, config);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        w[r].Alloc(Spec("t", DType::kFloat32, 3), {FillKind::kOnes}).ok());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  OpSpec only_rank0 = Op(OpKind::kAllReduce, 0, "t");
+  OpSpec next = Op(OpKind::kAllReduce, 1, "t");
+  only_rank0.timeout = next.timeout = milliseconds(15000);
+  auto first = SubmitOk(w[0], only_rank0);
+  auto second = SubmitOk(w[1], next);
+  for (auto& work : {first, second}) {
+    const absl::Status status = work->Wait(kWait);
+    EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+    EXPECT_NE(status.message().find("out of step"), std::string::npos)
+        << status;
+    EXPECT_NE(status.message().find("rank 0 at seq 0; rank 1 at seq 1"),
+              std::string::npos)
+        << status;
+  }
+  // At the gap timeout, not the op's deadline.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10000));
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(w[r].Groups()[0].state, "broken");
+  EXPECT_EQ(ReadAll(w[0], "t"), (std::vector<double>{1, 1, 1}));
+}
+
 // The tutorial's trap: a recv whose sender never sends. It fails within its
 // timeout and says what is missing. Gloo closes the pair on a timeout, so
 // the group reports itself broken (a new generation rebuilds it) while the

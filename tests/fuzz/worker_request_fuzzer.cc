@@ -140,8 +140,9 @@ class Harness {
         Handle<v1::CreateGroupRequest>(bytes, [&](const auto& r) {
           if (!ValidateRequest(r, limits_).ok()) return;
           std::vector<int> ranks(r.ranks().begin(), r.ranks().end());
-          auto work = core_->CreateGroup(r.name(), ranks, r.seq(),
-                                         std::chrono::milliseconds(200));
+          auto work =
+              core_->CreateGroup(r.name(), ranks, r.seq(), r.generation(),
+                                 std::chrono::milliseconds(200));
           if (work.ok()) (void)(*work)->Wait(kWorkWait);
         });
         break;

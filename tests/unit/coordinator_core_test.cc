@@ -355,6 +355,53 @@ TEST_F(CoordinatorCoreTest, ABrokenRankAsksForANewGenerationOfAWholeWorld) {
   EXPECT_EQ(core_->GetWorld().generation, 2);
 }
 
+// A rank whose communicator broke asks for a new generation; it starts once
+// every rank has been heard from since, so that a rank that died (and broke
+// the others' communicators) is not counted into it.
+TEST_F(CoordinatorCoreTest, AReFormWaitsUntilEveryRankIsHeardFrom) {
+  Make(3);
+  FormWorld(3);
+  clock_.Advance(milliseconds(300));
+  auto asked = core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"});
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->generation, 1);
+  EXPECT_EQ(core_->Heartbeat({2, 1, "w2", 0, 0, "peer reset"})->generation, 1);
+  // The last rank's ordinary heartbeat completes the roll call: the reply
+  // already names the new generation.
+  auto last = core_->Heartbeat({0, 1, "w0", 0, 0, ""});
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->generation, 2);
+  EXPECT_EQ(core_->GetWorld().generation, 2);
+}
+
+// The notes saw two generations per kill: the survivors' request started
+// one at once, whose rendezvous failed when the dead rank was declared lost,
+// and the replacement then needed another. Now it is one.
+TEST_F(CoordinatorCoreTest, AKilledRankCostsOneGenerationNotTwo) {
+  Make(3);
+  FormWorld(3);
+  clock_.Advance(milliseconds(300));
+  // Rank 2 is killed mid-op; the survivors' communicators break at once.
+  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation, 1);
+  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation, 1);
+  // Rank 2 stays silent past the timeout and is lost.
+  clock_.Advance(milliseconds(10500));
+  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation, 1);
+  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation, 1);
+  core_->SweepLiveness();
+  EXPECT_EQ(core_->GetWorld().state, WorldState::kDegraded);
+  EXPECT_EQ(core_->GetWorld().generation, 1);
+  // A replacement takes the rank: one new generation for the whole kill.
+  auto replacement = Register("w2-new", 2)->Get();
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ(replacement->generation, 2);
+  EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
+  // The survivors' stale requests for generation 1 change nothing.
+  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->GetWorld().generation, 2);
+}
+
 TEST_F(CoordinatorCoreTest, ADegradedWorldWaitsForTheMissingRankToReForm) {
   Make(2);
   FormWorld(2);
@@ -570,6 +617,7 @@ TEST_F(CoordinatorCoreTest, KvIsScopedByGeneration) {
 
 TEST_F(CoordinatorCoreTest, SequenceRangesAreDisjointAndContiguous) {
   Make(1);
+  FormWorld(1);
   constexpr int kThreads = 8;
   constexpr int kPerThread = 1000;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> got(kThreads);
@@ -597,12 +645,28 @@ TEST_F(CoordinatorCoreTest, SequenceRangesAreDisjointAndContiguous) {
   EXPECT_EQ(core_->ReserveSequence(0, "world", 1)->second, next);
   EXPECT_EQ(core_->ReserveSequence(0, "tp0", 4)->second, 0);
   EXPECT_EQ(core_->ReserveSequence(0, "tp0", 1)->second, 4);
-  FormWorld(1);
-  EXPECT_EQ(core_->ReserveSequence(0, "", 1)->second, 0);
+}
+
+// A coordinator that has formed no world yet (one that just restarted,
+// before its workers re-registered) has no generation to count in: seqs it
+// handed out would be numbered apart from those of the generation it then
+// adopts, and two ops could get one seq.
+TEST_F(CoordinatorCoreTest, NoSequencesBeforeAWorldHasFormed) {
+  Make(2);
+  auto early = core_->ReserveSequence(0, "world", 1);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(early.status().message()),
+              HasSubstr("no world has formed yet"));
+  FormWorld(2);
+  auto r = core_->ReserveSequence(0, "world", 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->first, 1);
+  EXPECT_EQ(r->second, 0);
 }
 
 TEST_F(CoordinatorCoreTest, SequenceRejectsBadCounts) {
   Make(1);
+  FormWorld(1);
   for (int64_t count : {int64_t{0}, int64_t{-1}, int64_t{1000001}}) {
     EXPECT_EQ(core_->ReserveSequence(0, "g", count).status().code(),
               absl::StatusCode::kInvalidArgument)

@@ -421,8 +421,47 @@ class Client:
             raise from_rpc_error(e, prefix=f"coordinator {self.coordinator}: "
                                  ) from None
 
+    def _merged(self, world):
+        """`world`, with the members it lacks taken from the world known so
+        far. A coordinator that restarted knows no member until each has
+        re-registered (a heartbeat later), while the workers keep serving at
+        their addresses: forgetting them would make every call to those
+        ranks fail for that moment. A rank whose worker was replaced comes
+        back under its new address with the next snapshot that has it."""
+        old = getattr(self, "_world", None)
+        if old is None or old.world_size != world.world_size:
+            return world
+        have = {m.rank for m in world.members}
+        missing = [m for m in old.members if m.rank not in have]
+        if not missing:
+            return world
+        merged = type(world)()
+        merged.CopyFrom(world)
+        members = sorted([*merged.members, *missing], key=lambda m: m.rank)
+        del merged.members[:]
+        merged.members.extend(members)
+        return merged
+
+    def _member(self, rank):
+        for m in self._world.members:
+            if m.rank == rank:
+                return m
+        if isinstance(rank, (int, np.integer)) and 0 <= rank < \
+                self.world_size:
+            raise CclError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"rank {rank} has no worker in the coordinator's world yet "
+                f"(generation {self._world.generation}, "
+                f"{coordinator_pb2.WorldState.Name(self._world.state)}); "
+                f"wait_ready() waits for it", rank=rank)
+        raise invalid(f"rank {rank} is out of range; the world has "
+                      f"{self.world_size} ranks (0..{self.world_size - 1})")
+
     def _world_ranks(self):
-        return [m.rank for m in self._world.members]
+        # Every rank of the world, whether or not the coordinator knows its
+        # worker right now: an op "on the world" sent to fewer ranks would
+        # leave its seq missing on the others.
+        return list(range(self.world_size))
 
     @property
     def world_size(self):
@@ -454,7 +493,7 @@ class Client:
     def refresh(self):
         """Reads the world again from the coordinator (after a re-form: new
         generation, maybe new worker addresses)."""
-        self._world = self._get_world()
+        self._world = self._merged(self._get_world())
         if self._default_group.name == "world":
             self._default_group = Group("world", self._world_ranks())
         return self
@@ -506,13 +545,7 @@ class Client:
         if self._closed:
             raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
                            "this client is closed; connect again")
-        address = None
-        for m in self._world.members:
-            if m.rank == rank:
-                address = m.address
-        if address is None:
-            raise invalid(f"rank {rank} is out of range; the world has "
-                          f"{self.world_size} ranks (0..{self.world_size - 1})")
+        address = self._member(rank).address
         with self._lock:
             entry = self._workers.get(rank)
             if entry is None or entry[0] != address:
@@ -645,11 +678,11 @@ class Client:
         ranks = list(self._world_ranks() if ranks is None else ranks)
         self._check_ranks(ranks)
         name = self._new_name(name)
-        devices = {m.rank: m.device for m in self._world.members}
         requests = {
             r: worker_pb2.AllocTensorRequest(
                 spec=common_pb2.TensorSpec(name=name, dtype=d.proto,
-                                           shape=shape, device=devices[r]),
+                                           shape=shape,
+                                           device=self._member(r).device),
                 fill=worker_pb2.Fill(kind=_FILLS[fill], value=value,
                                      rank_scale=rank_scale, step=step,
                                      seed=seed))
@@ -785,8 +818,10 @@ class Client:
         name = name or f"{self._prefix}g{next(_names)}"
         seconds = _seconds(timeout, self.timeout)
         seq, generation = self._reserve("world")
-        request = worker_pb2.CreateGroupRequest(name=name, ranks=ranks,
-                                                seq=seq)
+        # The generation the seq belongs to: a worker still forming it
+        # waits, instead of meeting that seq of the generation before.
+        request = worker_pb2.CreateGroupRequest(
+            name=name, ranks=ranks, seq=seq, generation=generation)
         self._unary_all("CreateGroup",
                         {r: request for r in self._world_ranks()},
                         seconds + RPC_MARGIN_S)

@@ -241,10 +241,22 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     attr.hostname = data_host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(timeout);
+    // The passive side of each pair waits five times the context's timeout
+    // for its peer to connect. Once every address is in the store that
+    // takes milliseconds; a peer that gave up on this generation (its own
+    // connect was refused by a cut link, or it moved on to the next one)
+    // never connects, and waiting 5 x the op timeout for it (5 minutes by
+    // default) held this rank out of every later generation. Bounded here
+    // by the op timeout, at most kMaxConnectWait; the store's waits keep
+    // the full timeout (GlooKvStore), and ops pass their own.
+    constexpr std::chrono::milliseconds kMaxConnectWait(10000);
+    const auto connect_wait = std::min(timeout, kMaxConnectWait);
+    context->setTimeout(
+        std::max(connect_wait / 5, std::chrono::milliseconds(1)));
     GlooKvStore kv(store, timeout);
     gloo::rendezvous::PrefixStore prefixed(prefix, kv);
     context->connectFullMesh(prefixed, device);
+    context->setTimeout(timeout);
     return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
         rank, size, data_host, prefix, &store, std::move(context)));
   } catch (const gloo::IoException& e) {
@@ -299,6 +311,23 @@ absl::Status GlooCommunicator::Supports(OpKind kind, DType dtype,
 absl::Status GlooCommunicator::Health() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return broken_;
+}
+
+absl::Status GlooCommunicator::AbortedUnder(const std::string& where,
+                                            const char* what) const {
+  // Launch checked the communicator was whole, so a broken one here was
+  // aborted by another thread while the op ran (a re-form, an agreement
+  // that timed out). Its connections were closed under Gloo, whose event
+  // loop then fails an enforce (epoll_ctl on a closed descriptor, found by
+  // tests/chaos): that is the abort, with the abort's code and reason, not
+  // an internal error of this worker.
+  if (absl::Status aborted = Health(); !aborted.ok()) {
+    return absl::Status(
+        aborted.code(),
+        absl::StrCat(where, ": the communicator was aborted under the op (",
+                     aborted.message(), "); gloo said: ", what));
+  }
+  return absl::InternalError(absl::StrCat(where, ": ", what));
 }
 
 void GlooCommunicator::Abort(const absl::Status& why) {
@@ -358,12 +387,12 @@ absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
     poison = true;
     status = absl::UnavailableError(absl::StrCat(where, ": ", e.what()));
   } catch (const gloo::EnforceNotMet& e) {
-    status = absl::InternalError(absl::StrCat(where, ": ", e.what()));
+    status = AbortedUnder(where, e.what());
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
         absl::StrCat(where, ": out of host memory for a staging buffer"));
   } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat(where, ": ", e.what()));
+    status = AbortedUnder(where, e.what());
   }
   if (poison) Abort(status);
   return std::make_unique<CompletedWork>(std::move(status), MicrosSince(start));
@@ -567,7 +596,9 @@ absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {
   CCL_RETURN_IF_ERROR(AllGatherHost(
       &mine, all.data(), sizeof(mine),
       Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1))));
-  return CompareCollective(op.seq, all);
+  absl::Status compared = CompareCollective(op.seq, all);
+  if (IsOutOfStep(compared)) Abort(compared);
+  return compared;
 }
 
 absl::Status GlooCommunicator::GuardExchange(
@@ -582,7 +613,7 @@ absl::Status GlooCommunicator::GuardExchange(
   } catch (const gloo::Exception& e) {
     status = absl::UnavailableError(e.what());
   } catch (const std::exception& e) {
-    status = absl::InternalError(e.what());
+    status = AbortedUnder("gloo host exchange", e.what());
   }
   Abort(status);
   return status;

@@ -66,6 +66,10 @@ class GlooCommunicator final : public Communicator {
   absl::Status Run(const BoundOp& op);
   // Checks that every rank runs the same collective (one small allgather).
   absl::Status AgreeCollective(const BoundOp& op);
+  // The Status of an op Gloo failed with an enforce or another exception:
+  // the abort's own when another thread aborted the communicator under
+  // the op, else INTERNAL.
+  absl::Status AbortedUnder(const std::string& where, const char* what) const;
   // Gloo exceptions of an exchange as a Status; poisons on a timeout or a
   // transport error.
   absl::Status GuardExchange(const std::function<void()>& exchange);

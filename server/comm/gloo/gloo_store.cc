@@ -1,5 +1,7 @@
 #include "server/comm/gloo/gloo_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "gloo/common/error.h"
 
@@ -39,7 +41,7 @@ void GlooKvStore::wait(const std::vector<std::string>& keys) {
 
 void GlooKvStore::wait(const std::vector<std::string>& keys,
                        const std::chrono::milliseconds& timeout) {
-  absl::Status status = store_.Wait(keys, timeout);
+  absl::Status status = store_.Wait(keys, std::max(timeout, timeout_));
   if (!status.ok()) {
     Throw(status, absl::StrCat("wait for ", keys.size(), " key(s)"));
   }

@@ -14,7 +14,8 @@ namespace ccl {
 
 class GlooKvStore : public gloo::rendezvous::Store {
  public:
-  // `timeout` bounds get() and the waits Gloo issues without a timeout.
+  // `timeout` bounds get() and every wait: Gloo's own timeout for a wait
+  // (its context's, kept short while pairs connect) never shortens it.
   GlooKvStore(KvStore& store, std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::vector<char>& data) override;
