@@ -496,8 +496,7 @@ TEST(Agreement, RanksThatSkippedDifferentSeqsAreOutOfStep) {
   config.seq_gap_timeout = milliseconds(300);
   World w(2, config);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(
-        w[r].Alloc(Spec("t", DType::kFloat32, 3), {FillKind::kOnes}).ok());
+    ASSERT_TRUE(Alloc(w[r], "t", DType::kFloat32, 3, {FillKind::kOnes}).ok());
   }
   const auto start = std::chrono::steady_clock::now();
   OpSpec only_rank0 = Op(OpKind::kAllReduce, 0, "t");
