@@ -356,6 +356,9 @@ class Workload:
         fills = None
         if reducing:
             reduce_op = self.rng.choice(model.REDUCE_OPS)
+            if (reduce_op == "premul_sum"
+                    and dtype not in model.PREMUL_DTYPES):
+                reduce_op = "sum"
             if reduce_op == "premul_sum":
                 scale = self.rng.choice([0.5, 2.0])
             if reduce_op == "prod":
