@@ -2,10 +2,14 @@
 // RPC cost stays out of the figure; --e2e adds the time a client sees.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,7 +34,9 @@ struct Row {
   int64_t bytes = 0, count = 0;
   double time_us[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
   int64_t wrong[2] = {0, 0};
-  double e2e_us = 0;
+  // Client-seen time per op: the mean, and the median and 99th percentile
+  // of the single ops (one slow op moves the mean, not the median).
+  double e2e_us = 0, e2e_p50_us = 0, e2e_p99_us = 0;
   // The fastest and slowest single instance (out of place) on any rank, as
   // the backend timed it (CUDA events on GPU).
   double op_min_us = 0, op_max_us = 0;
@@ -57,6 +63,14 @@ ax.legend()
 fig.tight_layout()
 fig.savefig(sys.argv[1], dpi=120)
 )PY";
+
+// The nearest-rank percentile `q` (0..1] of `values`.
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
 
 absl::Status Plot(const std::string& csv_text, const std::string& png,
                   int ranks) {
@@ -259,17 +273,22 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       o.set_root(args.root);
       o.set_input(in_name);
       o.set_output(out_name);
-      const auto start = std::chrono::steady_clock::now();
+      std::vector<double> times_us;
+      times_us.reserve(args.iters);
       for (int i = 0; i < args.iters; ++i) {
+        const auto start = std::chrono::steady_clock::now();
         if (ReportRankErrors((*client)->Collective(o))) {
           free_all();
           return kExitFailure;
         }
+        times_us.push_back(std::chrono::duration<double, std::micro>(
+                               std::chrono::steady_clock::now() - start)
+                               .count());
       }
-      row.e2e_us = std::chrono::duration<double, std::micro>(
-                       std::chrono::steady_clock::now() - start)
-                       .count() /
-                   args.iters;
+      row.e2e_us =
+          std::accumulate(times_us.begin(), times_us.end(), 0.0) / args.iters;
+      row.e2e_p50_us = Percentile(times_us, 0.5);
+      row.e2e_p99_us = Percentile(times_us, 0.99);
     }
     free_all();
     rows.push_back(row);
@@ -291,14 +310,16 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
 
   std::string csv_text =
       "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
-      "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us\n";
+      "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us,"
+      "e2e_p50_us,e2e_p99_us\n";
   for (const Row& r : rows) {
     csv_text += absl::StrFormat(
         "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f,%.2f,%."
-        "2f\n",
+        "2f,%.2f,%.2f\n",
         op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
         r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
-        r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us);
+        r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us,
+        r.e2e_p50_us, r.e2e_p99_us);
   }
   if (!args.csv.empty()) std::ofstream(args.csv) << csv_text;
   bool plot_failed = false;
@@ -327,6 +348,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                        {"busbw", r.busbw[1]},
                        {"wrong", r.wrong[1]}}},
                      {"e2e_us", r.e2e_us},
+                     {"e2e_p50_us", r.e2e_p50_us},
+                     {"e2e_p99_us", r.e2e_p99_us},
                      {"op_min_us", r.op_min_us},
                      {"op_max_us", r.op_max_us}});
     }
@@ -339,15 +362,16 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
         "workers\n",
         op->name, n, args.iters, args.warmup);
     std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
-                                 args.e2e ? "            client" : "");
+                                 args.e2e ? "                     client" : "");
     std::cout << absl::StrFormat(
         "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size",
         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-        "time", "algbw", "busbw", "#wrong", args.e2e ? " e2e time" : "");
+        "time", "algbw", "busbw", "#wrong",
+        args.e2e ? "     mean      p50      p99" : "");
     std::cout << absl::StrFormat(
         "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "(B)",
         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
-        "(GB/s)", "(GB/s)", "", args.e2e ? "     (us)" : "");
+        "(GB/s)", "(GB/s)", "", args.e2e ? "     (us)     (us)     (us)" : "");
     for (const Row& r : rows) {
       std::cout << absl::StrFormat(
           "%12d %12d %8s %6s %6d %8.2f %7.2f %7.2f %6s %8.2f %7.2f %7.2f %6s",
@@ -355,7 +379,10 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
           r.busbw[0], args.check ? absl::StrCat(r.wrong[0]) : "N/A",
           r.time_us[1], r.algbw[1], r.busbw[1],
           args.check ? absl::StrCat(r.wrong[1]) : "N/A");
-      if (args.e2e) std::cout << absl::StrFormat(" %8.2f", r.e2e_us);
+      if (args.e2e) {
+        std::cout << absl::StrFormat(" %8.2f %8.2f %8.2f", r.e2e_us,
+                                     r.e2e_p50_us, r.e2e_p99_us);
+      }
       std::cout << "\n";
     }
     std::cout << "# Out of bounds values : " << wrong_total
