@@ -16,7 +16,6 @@
 #include "client/ccctl/bench_ops.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
-#include "common/proto_convert.h"
 
 namespace ccl::ctl {
 namespace {
@@ -149,7 +148,7 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   // sendrecv runs between the group's first two members.
   const int n = (*client)->group_size();
   const std::vector<int> members = (*client)->GroupRanks();
-  if (op->kind == v1::OP_KIND_SEND && n < 2) {
+  if (op->kind == OpKind::kSend && n < 2) {
     return Fail(absl::FailedPreconditionError("sendrecv needs 2 ranks"));
   }
   if (args.root < 0) args.root = members.front();
@@ -159,31 +158,18 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   const int64_t element = static_cast<int64_t>(DTypeSize(*dtype));
   const std::string in_name = absl::StrCat("ccctl.bench.", getpid(), ".in");
   const std::string out_name = absl::StrCat("ccctl.bench.", getpid(), ".out");
-  const bool reduction = op->kind == v1::OP_KIND_ALL_REDUCE ||
-                         op->kind == v1::OP_KIND_REDUCE ||
-                         op->kind == v1::OP_KIND_REDUCE_SCATTER;
-  const bool rooted =
-      op->kind == v1::OP_KIND_BROADCAST || op->kind == v1::OP_KIND_REDUCE ||
-      op->kind == v1::OP_KIND_GATHER || op->kind == v1::OP_KIND_SCATTER;
+  const bool reduction = IsReduction(op->kind);
+  const bool rooted = HasRoot(op->kind);
 
   auto free_all = [&] {
     for (const auto& name : {in_name, out_name}) {
-      (*client)->FanOut<int64_t>(
-          members, [&](int rank) { return (*client)->Free(rank, name); });
+      (void)(*client)->Free(members, name);
     }
   };
   auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
-    auto results = (*client)->FanOut<v1::TensorInfo>(members, [&](int rank) {
-      auto info = (*client)->Info(rank);
-      if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
-      v1::AllocTensorRequest request;
-      request.mutable_spec()->set_name(name);
-      request.mutable_spec()->set_dtype(ToProto(*dtype));
-      request.mutable_spec()->add_shape(numel);
-      *request.mutable_spec()->mutable_device() = info->device();
-      request.mutable_fill()->set_kind(v1::FILL_KIND_ZEROS);
-      return (*client)->Alloc(rank, request);
-    });
+    // On each worker's own device; zeros.
+    const auto results =
+        (*client)->Alloc(members, TensorSpec{name, *dtype, {numel}});
     for (const auto& r : results) {
       if (!r.result.ok()) return r.result.status();
     }
@@ -197,9 +183,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                           : bytes + step) {
     // Round down so every rank's part is whole, as nccl-tests does.
     int64_t count = bytes / element;
-    if (op->kind != v1::OP_KIND_ALL_REDUCE &&
-        op->kind != v1::OP_KIND_BROADCAST && op->kind != v1::OP_KIND_REDUCE &&
-        op->kind != v1::OP_KIND_SEND) {
+    if (op->kind != OpKind::kAllReduce && op->kind != OpKind::kBroadcast &&
+        op->kind != OpKind::kReduce && op->kind != OpKind::kSend) {
       count = count / n * n;
     }
     if (count == 0) continue;
@@ -219,32 +204,31 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     }
     for (int in_place = 0; in_place < 2; ++in_place) {
       auto results = (*client)->Bench([&](int rank) {
-        v1::BenchRequest request;
-        request.set_iters(args.iters);
-        request.set_warmup_iters(args.warmup);
-        request.set_check(args.check != 0);
-        v1::OpRequest& o = *request.mutable_op();
-        o.set_kind(op->kind);
-        o.set_reduce_op(ToProto(*reduce));
-        o.set_premul_scale(1.0);
-        o.set_root(args.root);
+        BenchSpec spec;
+        spec.iters = args.iters;
+        spec.warmup_iters = args.warmup;
+        spec.check = args.check != 0;
+        Op& o = spec.op;
+        o.kind = op->kind;
+        o.reduce = *reduce;
+        o.root = args.root;
         // In place follows nccl-tests: the large buffer is the only one.
         const bool grows = out_count > in_count;
-        if (op->kind == v1::OP_KIND_SEND) {
+        if (op->kind == OpKind::kSend) {
           const int first = members[0];
           const int second = members[1];
-          o.set_kind(rank == first    ? v1::OP_KIND_SEND
-                     : rank == second ? v1::OP_KIND_RECV
-                                      : v1::OP_KIND_NOP);
-          o.set_peer(rank == first ? second : first);
-          o.set_input(rank == first ? in_name : out_name);
+          o.kind = rank == first    ? OpKind::kSend
+                   : rank == second ? OpKind::kRecv
+                                    : OpKind::kNop;
+          o.peer = rank == first ? second : first;
+          o.input = rank == first ? in_name : out_name;
         } else if (in_place) {
-          o.set_input(grows ? out_name : in_name);
+          o.input = grows ? out_name : in_name;
         } else {
-          o.set_input(in_name);
-          o.set_output(out_name);
+          o.input = in_name;
+          o.output = out_name;
         }
-        return request;
+        return spec;
       });
       if (ReportRankErrors(results)) {
         free_all();
@@ -252,27 +236,27 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       }
       double slowest = 0;
       for (const auto& r : results) {
-        slowest = std::max(slowest, r.result->avg_us());
-        row.wrong[in_place] += r.result->wrong();
+        slowest = std::max(slowest, r.result->avg_us);
+        row.wrong[in_place] += r.result->wrong;
         if (in_place == 0) {
           row.op_min_us = row.op_min_us == 0
-                              ? r.result->min_us()
-                              : std::min(row.op_min_us, r.result->min_us());
-          row.op_max_us = std::max(row.op_max_us, r.result->max_us());
+                              ? r.result->min_us
+                              : std::min(row.op_min_us, r.result->min_us);
+          row.op_max_us = std::max(row.op_max_us, r.result->max_us);
         }
       }
       row.time_us[in_place] = slowest;
       row.algbw[in_place] = slowest > 0 ? row.bytes / slowest / 1e3 : 0;
       row.busbw[in_place] = row.algbw[in_place] * op->bus_factor(n);
     }
-    if (args.e2e && op->kind != v1::OP_KIND_SEND) {
+    if (args.e2e && op->kind != OpKind::kSend) {
       // The client's view: sync ops one after another, RPCs included.
-      v1::OpRequest o;
-      o.set_kind(op->kind);
-      o.set_reduce_op(ToProto(*reduce));
-      o.set_root(args.root);
-      o.set_input(in_name);
-      o.set_output(out_name);
+      Op o;
+      o.kind = op->kind;
+      o.reduce = *reduce;
+      o.root = args.root;
+      o.input = in_name;
+      o.output = out_name;
       std::vector<double> times_us;
       times_us.reserve(args.iters);
       for (int i = 0; i < args.iters; ++i) {

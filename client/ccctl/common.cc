@@ -1,5 +1,3 @@
-#include <google/protobuf/util/json_util.h>
-
 #include <cstdlib>
 #include <fstream>
 
@@ -58,49 +56,6 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals) {
 int Fail(const absl::Status& status, bool usage) {
   std::cerr << "ccctl: " << StatusText(status) << "\n";
   return usage ? kExitUsage : kExitFailure;
-}
-
-std::optional<v1::FillKind> FillKindByName(const std::string& name) {
-  static const std::pair<const char*, v1::FillKind> kKinds[] = {
-      {"zeros", v1::FILL_KIND_ZEROS},
-      {"ones", v1::FILL_KIND_ONES},
-      {"constant", v1::FILL_KIND_CONSTANT},
-      {"rank", v1::FILL_KIND_RANK},
-      {"rank+1", v1::FILL_KIND_RANK_PLUS_ONE},
-      {"arange", v1::FILL_KIND_ARANGE},
-      {"arange+rank", v1::FILL_KIND_ARANGE_PLUS_RANK},
-      {"random", v1::FILL_KIND_RANDOM},
-      {"affine", v1::FILL_KIND_AFFINE},
-      {"empty", v1::FILL_KIND_UNINITIALIZED},
-  };
-  for (const auto& [known, kind] : kKinds) {
-    if (name == known) return kind;
-  }
-  return std::nullopt;
-}
-
-std::string WorkStateName(v1::WorkState state) {
-  switch (state) {
-    case v1::WORK_STATE_QUEUED:
-      return "queued";
-    case v1::WORK_STATE_RUNNING:
-      return "running";
-    case v1::WORK_STATE_COMPLETED:
-      return "completed";
-    case v1::WORK_STATE_FAILED:
-      return "failed";
-    default:
-      return "unknown";
-  }
-}
-
-nlohmann::json ProtoToJson(const google::protobuf::Message& message) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &text, options);
-  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
 void PrintJson(const nlohmann::json& document) {
