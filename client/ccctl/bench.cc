@@ -36,6 +36,11 @@ struct Row {
   // Client-seen time per op: the mean, and the median and 99th percentile
   // of the single ops (one slow op moves the mean, not the median).
   double e2e_us = 0, e2e_p50_us = 0, e2e_p99_us = 0;
+  // Where a client-seen op's time goes, medians over the ops of the slowest
+  // rank's accept-to-completion (total), waiting behind earlier ops (queue)
+  // and moving data (device); the rest is RPC and client.
+  double worker_total_p50_us = 0, worker_queue_p50_us = 0,
+         worker_device_p50_us = 0;
   // The fastest and slowest single instance (out of place) on any rank, as
   // the backend timed it (CUDA events on GPU).
   double op_min_us = 0, op_max_us = 0;
@@ -257,18 +262,30 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       o.root = args.root;
       o.input = in_name;
       o.output = out_name;
-      std::vector<double> times_us;
+      std::vector<double> times_us, total_us, queue_us, device_us;
       times_us.reserve(args.iters);
       for (int i = 0; i < args.iters; ++i) {
         const auto start = std::chrono::steady_clock::now();
-        if (ReportRankErrors((*client)->Collective(o))) {
+        const auto results = (*client)->Collective(o);
+        const auto end = std::chrono::steady_clock::now();
+        if (ReportRankErrors(results)) {
           free_all();
           return kExitFailure;
         }
-        times_us.push_back(std::chrono::duration<double, std::micro>(
-                               std::chrono::steady_clock::now() - start)
-                               .count());
+        times_us.push_back(
+            std::chrono::duration<double, std::micro>(end - start).count());
+        OpTiming slowest;
+        for (const auto& r : results) {
+          const OpTiming& t = r.result->timing;
+          if (t.total_us >= slowest.total_us) slowest = t;
+        }
+        total_us.push_back(slowest.total_us);
+        queue_us.push_back(slowest.queue_us);
+        device_us.push_back(slowest.device_us);
       }
+      row.worker_total_p50_us = Percentile(total_us, 0.5);
+      row.worker_queue_p50_us = Percentile(queue_us, 0.5);
+      row.worker_device_p50_us = Percentile(device_us, 0.5);
       row.e2e_us =
           std::accumulate(times_us.begin(), times_us.end(), 0.0) / args.iters;
       row.e2e_p50_us = Percentile(times_us, 0.5);
@@ -295,15 +312,17 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   std::string csv_text =
       "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
       "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us,"
-      "e2e_p50_us,e2e_p99_us\n";
+      "e2e_p50_us,e2e_p99_us,worker_total_p50_us,worker_queue_p50_us,"
+      "worker_device_p50_us\n";
   for (const Row& r : rows) {
     csv_text += absl::StrFormat(
         "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f,%.2f,%."
-        "2f,%.2f,%.2f\n",
+        "2f,%.2f,%.2f,%.2f,%.2f,%.2f\n",
         op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
         r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
         r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us,
-        r.e2e_p50_us, r.e2e_p99_us);
+        r.e2e_p50_us, r.e2e_p99_us, r.worker_total_p50_us,
+        r.worker_queue_p50_us, r.worker_device_p50_us);
   }
   if (!args.csv.empty()) std::ofstream(args.csv) << csv_text;
   bool plot_failed = false;
@@ -334,6 +353,9 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                      {"e2e_us", r.e2e_us},
                      {"e2e_p50_us", r.e2e_p50_us},
                      {"e2e_p99_us", r.e2e_p99_us},
+                     {"worker_total_p50_us", r.worker_total_p50_us},
+                     {"worker_queue_p50_us", r.worker_queue_p50_us},
+                     {"worker_device_p50_us", r.worker_device_p50_us},
                      {"op_min_us", r.op_min_us},
                      {"op_max_us", r.op_max_us}});
     }
@@ -364,10 +386,20 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
           r.time_us[1], r.algbw[1], r.busbw[1],
           args.check ? absl::StrCat(r.wrong[1]) : "N/A");
       if (args.e2e) {
-        std::cout << absl::StrFormat(" %8.2f %8.2f %8.2f", r.e2e_us,
-                                     r.e2e_p50_us, r.e2e_p99_us);
+        std::cout << absl::StrFormat(
+            " %8.2f %8.2f %8.2f", r.e2e_us, r.e2e_p50_us, r.e2e_p99_us,
+            r.worker_total_p50_us, r.worker_queue_p50_us,
+            r.worker_device_p50_us);
       }
       std::cout << "\n";
+    }
+    for (const Row& r : rows) {
+      if (!args.e2e || r.e2e_p50_us <= 0) continue;
+      std::cout << absl::StrFormat(
+          "# client p50 at %d B: %.1f us = %.1f on the slowest worker (%.1f "
+          "queued, %.1f moving data) + %.1f RPC and client\n",
+          r.bytes, r.e2e_p50_us, r.worker_total_p50_us, r.worker_queue_p50_us,
+          r.worker_device_p50_us, r.e2e_p50_us - r.worker_total_p50_us);
     }
     std::cout << "# Out of bounds values : " << wrong_total
               << (wrong_total == 0 ? " OK" : " FAILED") << "\n";
