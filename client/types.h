@@ -234,7 +234,11 @@ struct BenchSpec {
 };
 
 struct BenchResult {
-  double avg_us = 0;  // mean over the timed instances, worker-timed
+  // nccl-tests' time per op: the timed loop's wall time over the instances
+  // (with a CUDA graph, its launches' device time over the instances); 0
+  // from a worker that predates it.
+  double time_us = 0;
+  double avg_us = 0;  // over the instances' own times: min <= avg <= max
   double min_us = 0;
   double max_us = 0;
   int64_t wrong = 0;
@@ -281,6 +285,9 @@ struct PlanResult {
 // The flight recorder
 
 struct OpRecord {
+  // Seqs start again at 0 in each generation: (generation, group, seq) names
+  // one op.
+  int64_t generation = 0;
   int64_t seq = 0;
   std::optional<OpKind> kind;
   std::optional<DType> dtype;

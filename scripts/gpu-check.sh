@@ -5,12 +5,18 @@
 #   scripts/gpu-check.sh build
 # On the GPU machine (device run, carry=["build-nccl/devbundle"]):
 #   scripts/gpu-check.sh            # or: scripts/gpu-check.sh run
+#   scripts/gpu-check.sh peer       # only the bare-NCCL peer steps (no
+#                                   # cluster, no ccctl; about a minute,
+#                                   # estimated, not yet timed)
 #
 # run: sources the bundle's env.sh, runs conformance_nccl_test, starts a
 # 2-worker cuda cluster with ccctl, runs an all_reduce, every examples/*.yaml
-# and a bench sweep (8 B .. 2 GiB, -f 4) of the main collectives. Logs and
-# CSVs go under $OUT (default /tmp/gpu-check); a summary is printed last and
-# the exit status is the number of failed steps (capped at 100).
+# and a bench sweep (8 B .. 2 GiB, -f 4) of every op; then, with the cluster
+# down, the same sweep on bare NCCL (bench/nccl_peer: nccl_peer_bench, also
+# with CUDA graphs and checked on the device) and on torch.distributed, and
+# bench/compare.py's ratios ccctl / peer per op. Logs and CSVs go under $OUT
+# (default /tmp/gpu-check); a summary is printed last and the exit status is
+# the number of failed steps (capped at 100).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,14 +28,19 @@ if [[ $mode == build ]]; then
   set -e
   cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90
   make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test \
-    failure_nccl_test nccl_launch_latency
+    failure_nccl_test nccl_peer_bench
   rm -rf "$bundle"
-  "$root/../shared/tools/device-bundle" "$bundle" "$build/server/ccworker" \
+  # From a worktree outside the main checkout's parent, name the tool.
+  "${CCL_DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}" "$bundle" \
+    "$build/server/ccworker" \
     "$build/coordinator/cccoord" "$build/client/ccctl" \
     "$build/tests/gpu/conformance_nccl_test" \
-    "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_launch_latency"
+    "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
   strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
+  # The Python client is pure Python: its sources and the stubs generated
+  # here (the GPU machine has no protoc).
+  "$root/client/python/stage.sh" "$bundle/python"
   du -sh "$bundle"
   exit 0
 fi
@@ -61,7 +72,85 @@ step() {  # step NAME TIMEOUT_S CMD...: runs CMD, logs to $OUT/NAME.log
   if [[ $rc -ne 0 ]]; then tail -n 25 "$OUT/$name.log"; fi
 }
 
+ops=all_reduce,all_gather,reduce_scatter,broadcast,reduce,alltoall,sendrecv,gather,scatter
+peer=$bundle/bin/nccl_peer_bench
+# Bare NCCL (bench/nccl_peer/nccl_peer_bench), never beside a running
+# cluster. First what a non-blocking communicator costs per enqueue (it
+# bounds the worker's small-op latency) and that it leaves the data plane
+# alone; then every op 8 B .. 2 GiB with ccctl bench's sizes and iterations
+# (sendrecv as nccl-tests' ring), the time per op the slowest rank's (-a 3)
+# as ccctl bench and torch_nccl.py report it; all_reduce's small sizes in
+# CUDA graphs (-G 10, as PERF.md's nccl-tests figure) and on a non-blocking
+# communicator; and the peer's own results checked on the device: every op,
+# several dtypes and reduce ops, a non-zero root, graphs, non-blocking.
+peer_steps() {
+  step nccl_launch_latency 120 "$peer" --launch-latency -n 2000
+  step nccl_peer 300 "$peer" "$ops" -b 8 -e 2G -f 4 -n 20 -w 5 -c 0 -a 3 \
+    --csv "$OUT/nccl_{op}.csv"
+  step nccl_peer_graph 120 "$peer" all_reduce -b 8 -e 512K -f 2 -n 20 -w 5 \
+    -c 0 -a 3 -G 10 --csv "$OUT/nccl_graph_{op}.csv"
+  step nccl_peer_nonblocking 120 "$peer" all_reduce -b 8 -e 32M -f 4 -n 20 \
+    -w 5 -c 0 -a 3 --comm-blocking 0 --csv "$OUT/nccl_nonblocking_{op}.csv"
+  step nccl_peer_check 120 "$peer" "$ops" -b 8 -e 64M -f 8 -n 2 -w 1 -c 1
+  step nccl_peer_check_graph 120 "$peer" "$ops" -b 8 -e 1M -f 32 -n 2 -w 1 \
+    -c 1 -G 2
+  step nccl_peer_check_nonblocking 120 "$peer" "$ops" -b 8 -e 1M -f 32 -n 2 \
+    -w 1 -c 1 --comm-blocking 0
+  local spec dtype redop r
+  for spec in "bfloat16 sum 1" "half avg 0" "int32 max 1" "int8 prod 0" \
+    "f8e4m3 sum 1" "uint64 sum 0" "double prod 1"; do
+    read -r dtype redop r <<<"$spec"
+    step "nccl_peer_check_${dtype}_$redop" 120 "$peer" "$ops" -b 8 -e 4M \
+      -f 16 -n 2 -w 1 -c 1 -d "$dtype" -o "$redop" -r "$r"
+  done
+}
+
+report() {
+  {
+    python3 "$root/bench/compare.py" --ccctl "$OUT/bench_{op}.csv" \
+      --peer nccl="$OUT/nccl_{op}.csv" --peer torch="$OUT/torch_{op}.csv" \
+      --ops "$ops"
+    # ccctl bench -G writes bench_graph_all_reduce.csv once it has -G.
+    python3 "$root/bench/compare.py" --ccctl "$OUT/bench_graph_{op}.csv" \
+      --peer nccl_graph="$OUT/nccl_graph_{op}.csv" --ops all_reduce
+  } >"$OUT/compare.md" 2>&1 || true
+  echo
+  echo "==== gpu-check summary ($OUT)"
+  printf '%s\n' "${summary[@]}"
+  cat "$OUT/compare.md" 2>/dev/null
+  echo; cat "$OUT/nccl_launch_latency.log" 2>/dev/null
+  echo; grep -v '^#  rank' "$OUT/nccl_peer_nonblocking.log" 2>/dev/null
+  echo "failed steps: $failures"
+}
+
 { nvidia-smi; nvidia-smi topo -m; } >"$OUT/nvidia-smi.log" 2>&1 || true
+if [[ $mode == peer ]]; then
+  # The Python client on 2 CUDA workers: the same pytest suites as CI (each
+# starts its own clusters), when the image's python3 has grpcio, protobuf,
+# numpy and pytest; its overhead beside ccctl's C++ client.
+python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
+  CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
+if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest
+import ccl.v1.worker_pb2_grpc
+print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
+    >"$OUT/python_imports.log" 2>&1; then
+  for suite in ops groups errors; do
+    step "python_$suite" 300 "${python_env[@]}" python3 -m pytest -q \
+      -p no:cacheprovider -rs "$root/client/python/tests/test_$suite.py"
+  done
+  step python_overhead 300 "${python_env[@]}" python3 \
+    "$root/bench/python_client_overhead.py" --device cuda \
+    --json "$OUT/python_overhead.json"
+else
+  summary+=("$(printf '%-28s %-12s' python_client "SKIP(imports)")")
+  echo "== python client: skipped, python3 lacks a module:"
+  cat "$OUT/python_imports.log"
+fi
+
+peer_steps
+  report
+  exit $((failures > 100 ? 100 : failures))
+fi
 ldd "$bundle/bin/ccworker" >"$OUT/ldd-ccworker.log" 2>&1 || true
 
 step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
@@ -72,10 +161,6 @@ step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
 # each time the survivor aborts, the world re-forms and computes correctly.
 step failure_nccl_test 420 env CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-5}" \
   "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
-
-# What a non-blocking communicator costs per enqueue (it bounds small-op
-# latency), and that it leaves the data plane alone.
-step nccl_launch_latency 120 "$bundle/bin/nccl_launch_latency" 2000
 
 step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
 step status 30 "$ccctl" status
@@ -122,7 +207,12 @@ done
 step bench_check_group 120 "$ccctl" --group pair bench reduce_scatter -b 1K \
   -e 64M -f 16 -n 5 -w 2 -c 1
 
-for op in all_reduce all_gather reduce_scatter broadcast alltoall sendrecv; do
+# A known sequence with a lone recv that times out (the world re-forms, so
+# the groups above are gone afterwards), as a Chrome/Perfetto trace.
+step trace_nccl 240 env CCCTL="$ccctl" "$root/scripts/trace-demo.sh" \
+  "$OUT/trace_nccl.json"
+
+for op in ${ops//,/ }; do
   step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \
     --csv "$OUT/bench_$op.csv"
 done
@@ -130,18 +220,11 @@ done
 step cluster_down 60 "$ccctl" cluster down
 cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
 
-# The peer in the same call, same sizes and iterations, once the cluster is
-# down so the two never share the GPUs.
-ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
-step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" --ops "$ops" \
+# The peers in the same call, same sizes and iterations, once the cluster is
+# down so they never share the GPUs with it.
+peer_steps
+torch_ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
+step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" --ops "$torch_ops" \
   -b 8 -e 2G -f 4 -n 20 -w 5 --csv-dir "$OUT"
-python3 "$root/bench/compare.py" --ccctl "$OUT/bench_{op}.csv" \
-  --peer "$OUT/torch_{op}.csv" --ops "$ops" >"$OUT/compare.md" 2>&1 || true
-
-echo
-echo "==== gpu-check summary ($OUT)"
-printf '%s\n' "${summary[@]}"
-cat "$OUT/compare.md" 2>/dev/null
-echo; cat "$OUT/nccl_launch_latency.log" 2>/dev/null
-echo "failed steps: $failures"
+report
 exit $((failures > 100 ? 100 : failures))

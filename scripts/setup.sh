@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the build needs, only if any is missing.
 # Usage: scripts/setup.sh [--bench]   (--bench adds python3-torch for bench/peers)
+#        scripts/setup.sh --python    (only what the Python client needs)
 set -euo pipefail
 
+# The Python client (client/python, scripts/install-python.sh) and its tests.
+python_packages=(
+  python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
+  protobuf-compiler protobuf-compiler-grpc
+)
 packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -13,8 +19,11 @@ packages=(
   # openssl for the TLS tests' certificates.
   docker-compose prometheus shellcheck openssl
 )
+packages+=("${python_packages[@]}")
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-matplotlib)
+elif [[ "${1:-}" == "--python" ]]; then
+  packages=("${python_packages[@]}")
 fi
 
 missing=()
@@ -23,7 +32,9 @@ for p in "${packages[@]}"; do
 done
 # Debian's kubectl is in kubernetes-client; any kubectl already installed
 # (it would conflict on /usr/bin/kubectl) does as well.
-command -v kubectl >/dev/null || missing+=(kubernetes-client)
+if [[ "${1:-}" != "--python" ]]; then
+  command -v kubectl >/dev/null || missing+=(kubernetes-client)
+fi
 if ((${#missing[@]} == 0)); then
   exit 0
 fi

@@ -290,6 +290,8 @@ int main(int argc, char** argv) {
   config.default_op_timeout = std::chrono::milliseconds(op_timeout_ms);
   config.seq_gap_timeout = std::chrono::milliseconds(seq_gap_timeout_ms);
   config.data_host = data_host;
+  config.max_tensors = limits.max_tensors;
+  config.max_groups = limits.max_groups;
   ccl::WorkerMetrics metrics(device->kind == ccl::DeviceKind::kCuda ? "nccl"
                                                                     : "gloo");
   config.on_op_done = [&metrics](const ccl::OpRecord& record) {

@@ -16,6 +16,8 @@ void AddRunCommand(CLI::App& app, Globals& globals, int& exit_code);
 void AddCompletionCommand(CLI::App& app, int& exit_code);
 void AddGroupCommands(CLI::App& app, Globals& globals, int& exit_code);
 void AddDebugCommands(CLI::App& app, Globals& globals, int& exit_code);
+// `ccctl debug trace`, under the debug command (client/ccctl/trace.cc).
+void AddDebugTraceCommand(CLI::App& debug, Globals& globals, int& exit_code);
 void AddHealthCommand(CLI::App& app, Globals& globals, int& exit_code);
 
 // The groups table of `ccctl status` and `ccctl group ls`.

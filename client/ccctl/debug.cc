@@ -74,6 +74,7 @@ void AddDebugCommands(CLI::App& app, Globals& globals, int& exit_code) {
       "ops", "every rank's last ops of a group, and where the ranks diverge");
   ops->add_option("--limit,-n", *limit, "ops per rank")->capture_default_str();
   ops->callback([&, limit] { exit_code = DebugOps(globals, *limit); });
+  AddDebugTraceCommand(*debug, globals, exit_code);
 }
 
 }  // namespace ccl::ctl

@@ -70,7 +70,8 @@ json RecordJson(const client::OpRecord& record) {
           {"timing", TimingJson(record.timing)},
           {"error_code", static_cast<int>(record.error.code())},
           {"error_message", std::string(record.error.message())},
-          {"work_id", I64(record.work_id)}};
+          {"work_id", I64(record.work_id)},
+          {"generation", I64(record.generation)}};
 }
 
 }  // namespace

@@ -217,6 +217,7 @@ WorkStatus ToNative(const v1::WorkStatus& status) {
 
 BenchResult ToNative(const v1::BenchResponse& response) {
   BenchResult out;
+  out.time_us = response.time_us();
   out.avg_us = response.avg_us();
   out.min_us = response.min_us();
   out.max_us = response.max_us();
@@ -227,6 +228,7 @@ BenchResult ToNative(const v1::BenchResponse& response) {
 
 OpRecord ToNative(const v1::OpRecord& record) {
   OpRecord out;
+  out.generation = record.generation();
   out.seq = record.seq();
   out.kind = Optional<OpKind>(record.kind());
   out.dtype = Optional<DType>(record.dtype());

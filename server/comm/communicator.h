@@ -5,9 +5,14 @@
 // returns a handle on a CUDA event. The executor therefore treats launch and
 // completion as separate stages for every backend.
 //
-// Thread-safety: Launch is called from one thread at a time (the group's
-// executor), in sequence order. Supports, rank, size, name and Health may be
-// called from any thread.
+// Backends do not check that ranks agree on an op: AgreeingCommunicator
+// (agreement.h) does that once for every backend, over the two small host
+// exchanges each backend provides.
+//
+// Thread-safety: Launch, LaunchBatch, the exchanges and Split are called
+// from one thread at a time (the group's executor), in sequence order.
+// Supports, rank, size, name, Health and Abort may be called from any
+// thread.
 #pragma once
 
 #include <chrono>
@@ -34,6 +39,16 @@ namespace ccl {
 // all_gather / gather input == output + rank * count, and for
 // reduce_scatter / scatter output == input + rank * count. Pointers a rank
 // does not use (gather output off root, scatter input off root) may be null.
+enum class Agreement {
+  kCheck,
+  // The client asked to run without the check. A backend that cannot
+  // survive a mismatch (Gloo) still compares sizes.
+  kSkip,
+  // Already compared: the decorator did it, or this is a repeat of an op
+  // that was (a benchmark's timed loop, a plan agreed as a whole).
+  kAgreed,
+};
+
 struct BoundOp {
   OpKind kind = OpKind::kBarrier;
   DType dtype = DType::kFloat32;
@@ -47,11 +62,21 @@ struct BoundOp {
   // Matches the op across ranks: the group's sequence number.
   int64_t seq = 0;
   std::chrono::milliseconds timeout{60000};
-  // Ranks first agree that they run the same op (kind, dtype, count, root,
-  // peer), so a mismatch fails cleanly on every rank instead of corrupting
-  // memory or taking the process down. A benchmark loop agrees once, then
-  // turns this off so that the figure is the op alone.
-  bool agree_first = true;
+  // Whether ranks first agree that they run the same op (kind, dtype, count,
+  // root, peer), so a mismatch fails cleanly on every rank instead of
+  // hanging, corrupting memory or taking the process down. Checked by
+  // AgreeingCommunicator; backends see kSkip or kAgreed only.
+  Agreement agreement = Agreement::kCheck;
+};
+
+// How LaunchBatch runs a batch of ops.
+struct BatchOptions {
+  // One NCCL group (ncclGroupStart/End): one launch for every op; the ops
+  // must not depend on each other's results.
+  bool aggregate = false;
+  // Capture the batch once in a CUDA graph and launch the graph this many
+  // times (nccl-tests' -G); 0: no graph.
+  int graph_launches = 0;
 };
 
 // Completion handle of one launched op.
@@ -113,6 +138,36 @@ class Communicator {
   // itself come back through the handle.
   virtual absl::StatusOr<std::unique_ptr<CommWork>> Launch(
       const BoundOp& op) = 0;
+
+  // Checks, in one exchange, that every rank runs the same `ops` (those
+  // whose agreement is kCheck). Only AgreeingCommunicator checks anything;
+  // for a bare backend this is OK. A plan agrees once, then launches its
+  // ops as kAgreed.
+  virtual absl::Status Agree(const std::vector<BoundOp>& ops) {
+    return absl::OkStatus();
+  }
+
+  // Several ops of consecutive seqs, as one unit: one handle, complete when
+  // every op is (its device time covers them all). Without options this is
+  // Launch of each in turn, which every backend has; aggregation and graphs
+  // are UNIMPLEMENTED where the backend has no such thing (Gloo).
+  virtual absl::StatusOr<std::unique_ptr<CommWork>> LaunchBatch(
+      const std::vector<BoundOp>& ops, const BatchOptions& options);
+
+  // The host-side exchanges the agreement check runs on: every rank gives
+  // `bytes` bytes and gets every rank's in rank order (an all_gather of host
+  // memory), or two ranks swap theirs. Collective (resp. pairwise) calls of
+  // this communicator, done before the op they vouch for is launched; a
+  // backend that enqueues (NCCL) runs them beside its data ops rather than
+  // behind them, so that checking op k never waits for op k-1 to finish.
+  // DEADLINE_EXCEEDED if a rank does not take part by `deadline`; the
+  // backend is then aborted.
+  virtual absl::Status AllGatherHost(
+      const void* mine, void* all, size_t bytes,
+      std::chrono::steady_clock::time_point deadline) = 0;
+  virtual absl::Status ExchangeHost(
+      int peer, const void* mine, void* theirs, size_t bytes,
+      std::chrono::steady_clock::time_point deadline) = 0;
 
   // The communicator of a subgroup (torch.distributed.new_group). Every rank
   // of this communicator calls it at the same point of its op sequence,

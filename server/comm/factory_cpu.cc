@@ -1,5 +1,6 @@
 // MakeCommunicator in a build without CUDA: Gloo only.
 #include "absl/strings/str_cat.h"
+#include "server/comm/agreement.h"
 #include "server/comm/factory.h"
 #include "server/comm/gloo/gloo_communicator.h"
 
@@ -16,7 +17,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
       GlooCommunicator::Create(config.rank, config.size, config.data_host,
                                config.prefix, store, config.timeout);
   if (!gloo.ok()) return gloo.status();
-  return std::unique_ptr<Communicator>(*std::move(gloo));
+  return WithAgreement(*std::move(gloo));
 }
 
 std::string BackendFor(const Device& device) {

@@ -1,5 +1,6 @@
 // MakeCommunicator in a build with CUDA: NCCL for CUDA devices, Gloo for
 // the CPU.
+#include "server/comm/agreement.h"
 #include "server/comm/factory.h"
 #include "server/comm/gloo/gloo_communicator.h"
 #include "server/comm/nccl/nccl_communicator.h"
@@ -13,13 +14,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
         NcclCommunicator::Create(config.rank, config.size, config.device.index,
                                  config.prefix, store, config.timeout);
     if (!nccl.ok()) return nccl.status();
-    return std::unique_ptr<Communicator>(*std::move(nccl));
+    return WithAgreement(*std::move(nccl));
   }
   auto gloo =
       GlooCommunicator::Create(config.rank, config.size, config.data_host,
                                config.prefix, store, config.timeout);
   if (!gloo.ok()) return gloo.status();
-  return std::unique_ptr<Communicator>(*std::move(gloo));
+  return WithAgreement(*std::move(gloo));
 }
 
 std::string BackendFor(const Device& device) {

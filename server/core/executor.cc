@@ -1,9 +1,12 @@
 #include "server/core/executor.h"
 
+#include <algorithm>
 #include <iostream>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace ccl {
 namespace {
@@ -32,8 +35,34 @@ Executor::~Executor() {
       absl::StrCat("group ", group_, " was shut down before the op ran")));
 }
 
+namespace {
+
+// Takes a released range's seqs; a late op at one of them fails then.
+class ReleasedSeqs final : public ExecutorTask {
+ public:
+  ReleasedSeqs(int64_t begin, int64_t end) : begin_(begin), end_(end) {}
+  int64_t seq() const override { return begin_; }
+  int64_t seq_count() const override { return end_ - begin_; }
+  std::chrono::milliseconds timeout() const override {
+    return std::chrono::milliseconds(0);
+  }
+  bool involves_every_rank() const override { return false; }
+  void Start() override {}
+  absl::StatusOr<std::unique_ptr<CommWork>> Launch(Communicator&) override {
+    return std::make_unique<CompletedWork>(absl::OkStatus(), 0);
+  }
+  void Complete(absl::Status, double) override {}
+
+ private:
+  const int64_t begin_;
+  const int64_t end_;
+};
+
+}  // namespace
+
 absl::Status Executor::Enqueue(std::shared_ptr<ExecutorTask> task) {
   const int64_t seq = task->seq();
+  const int64_t count = std::max<int64_t>(1, task->seq_count());
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) {
     return absl::AbortedError(absl::StrCat(
@@ -44,19 +73,53 @@ absl::Status Executor::Enqueue(std::shared_ptr<ExecutorTask> task) {
     if (it != lost_.begin()) {
       --it;
       if (seq >= it->first && seq < it->second.first) {
-        return absl::DeadlineExceededError(it->second.second);
+        return it->second.second;
       }
     }
     return absl::AlreadyExistsError(absl::StrCat(
         "seq ", seq, " of group ", group_, " was already run at rank ", rank_,
         " (next seq is ", next_seq_, "); reserve a new one"));
   }
-  if (!pending_.emplace(seq, task).second) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "seq ", seq, " of group ", group_, " is already queued at rank ", rank_,
-        "; each seq takes exactly one op"));
+  if (seq - next_seq_ > kMaxSeqsAhead ||
+      count > kMaxSeqsAhead - (seq - next_seq_)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "seq ", seq, (count > 1 ? absl::StrCat("..", seq + count - 1) : ""),
+        " of group ", group_, " is more than ", kMaxSeqsAhead,
+        " past the group's next seq ", next_seq_, " at rank ", rank_,
+        "; reserve seqs from the coordinator (ReserveSequence)"));
   }
+  // Overlaps: the task queued at or before `seq` may reach into it, and the
+  // next one may start inside [seq, seq + count).
+  auto next = pending_.lower_bound(seq);
+  auto overlap = [&](int64_t other) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "seq ", other, " of group ", group_, " is already queued at rank ",
+        rank_, "; each seq takes exactly one op"));
+  };
+  if (next != pending_.end() && next->first < seq + count) {
+    return overlap(next->first);
+  }
+  if (next != pending_.begin()) {
+    auto previous = std::prev(next);
+    if (previous->first + previous->second->seq_count() > seq) {
+      return overlap(seq);
+    }
+  }
+  pending_.emplace(seq, std::move(task));
   launch_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Release(int64_t begin, int64_t end,
+                               absl::Status reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    begin = std::max(begin, next_seq_);
+  }
+  if (end <= begin) return absl::OkStatus();
+  CCL_RETURN_IF_ERROR(Enqueue(std::make_shared<ReleasedSeqs>(begin, end)));
+  std::lock_guard<std::mutex> lock(mutex_);
+  lost_.emplace(begin, std::make_pair(end, std::move(reason)));
   return absl::OkStatus();
 }
 
@@ -111,15 +174,21 @@ void Executor::LaunchLoop() {
                              "client that reserved them may have died, so "
                              "they were skipped");
       std::cerr << "[ccl executor] " << reason << std::endl;
-      lost_.emplace(begin, std::make_pair(end, std::move(reason)));
+      lost_.emplace(begin,
+                    std::make_pair(end, absl::DeadlineExceededError(reason)));
       next_seq_ = end;
       gap_since.reset();
       continue;
     }
     gap_since.reset();
+    if (in_flight_.size() >= kMaxInFlight) {
+      retired_cv_.wait(
+          lock, [&] { return stopping_ || in_flight_.size() < kMaxInFlight; });
+      continue;
+    }
     std::shared_ptr<ExecutorTask> task = std::move(first->second);
     pending_.erase(first);
-    ++next_seq_;
+    next_seq_ += std::max<int64_t>(1, task->seq_count());
     lock.unlock();
 
     task->Start();
@@ -181,6 +250,7 @@ void Executor::CompletionLoop() {
     if (in_flight_.empty()) break;  // stopped and drained
     InFlight item = std::move(in_flight_.front());
     in_flight_.pop_front();
+    retired_cv_.notify_all();
     lock.unlock();
     Finish(std::move(item.task), std::move(item.handle));
     lock.lock();
@@ -194,6 +264,7 @@ void Executor::Stop(absl::Status reason) {
     stopping_ = true;
     cancelled.swap(pending_);
     launch_cv_.notify_all();
+    retired_cv_.notify_all();
   }
   for (auto& [seq, task] : cancelled) task->Complete(reason, 0);
   if (launch_thread_.joinable()) launch_thread_.join();

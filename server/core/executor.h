@@ -42,7 +42,10 @@ namespace ccl {
 class ExecutorTask {
  public:
   virtual ~ExecutorTask() = default;
+  // The task takes the seqs [seq, seq + seq_count): a plan takes one per op,
+  // a released range all of its seqs.
   virtual int64_t seq() const = 0;
+  virtual int64_t seq_count() const { return 1; }
   virtual std::chrono::milliseconds timeout() const = 0;
   // Launch thread, in seq order, right before Launch: the earlier seqs have
   // been launched; blocks until host reads/writes of the task's tensors end.
@@ -72,8 +75,22 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // Never blocks. ALREADY_EXISTS for a seq already queued or run,
-  // DEADLINE_EXCEEDED for one declared lost, ABORTED once stopped.
+  // DEADLINE_EXCEEDED for one declared lost or released, OUT_OF_RANGE for
+  // one more than kMaxSeqsAhead past the next seq (a seq that far ahead
+  // can only be a client's mistake, and queueing it would make the group
+  // skip everything before it), ABORTED once stopped.
   absl::Status Enqueue(std::shared_ptr<ExecutorTask> task);
+  // The seqs [begin, end) will carry no op (a client reserved them and gave
+  // them back, or a refused request took them): the group runs past them at
+  // once. Seqs already run are ignored; a later op at one of them fails
+  // with `reason`.
+  absl::Status Release(int64_t begin, int64_t end, absl::Status reason);
+
+  static constexpr int64_t kMaxSeqsAhead = int64_t{1} << 20;
+  // Ops launched but not yet complete, at most: beyond this the launch
+  // thread waits, so a stuck device cannot make a launch block inside the
+  // backend (CUDA's launch queue is about a thousand deep).
+  static constexpr size_t kMaxInFlight = 256;
 
   // The next seq the launch thread will run.
   int64_t next_seq() const;
@@ -107,12 +124,14 @@ class Executor {
   mutable std::mutex mutex_;
   std::condition_variable launch_cv_;
   std::condition_variable completion_cv_;
+  std::condition_variable retired_cv_;
   bool stopping_ = false;
   bool stopped_ = false;
   int64_t next_seq_ = 0;
   std::map<int64_t, std::shared_ptr<ExecutorTask>> pending_;
-  // begin -> (end, reason) of seq ranges declared lost.
-  std::map<int64_t, std::pair<int64_t, std::string>> lost_;
+  // begin -> (end, what a late op there fails with) of seq ranges declared
+  // lost or released.
+  std::map<int64_t, std::pair<int64_t, absl::Status>> lost_;
   std::deque<InFlight> in_flight_;
   std::thread launch_thread_;
   std::thread completion_thread_;

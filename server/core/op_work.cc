@@ -27,6 +27,12 @@ void OpWork::Start() {
 }
 
 absl::StatusOr<std::unique_ptr<CommWork>> OpWork::Launch(Communicator& comm) {
+  // Its client went away before its turn: the peers' clients went away
+  // too (the client cancels every rank's call), so none of them runs it.
+  if (cancel_requested()) {
+    return absl::CancelledError(
+        "the client cancelled the op before it started; it was not run");
+  }
   return comm.Launch(op_);
 }
 

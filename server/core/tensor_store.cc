@@ -65,8 +65,11 @@ Tensor::Tensor(TensorMeta meta, std::byte* data, Memory* memory)
 Tensor::~Tensor() { memory_->Free(data_); }
 
 TensorStore::TensorStore(Device device, int64_t quota_bytes,
-                         std::unique_ptr<Memory> memory)
-    : device_(device), quota_bytes_(quota_bytes), memory_(std::move(memory)) {}
+                         std::unique_ptr<Memory> memory, int64_t max_tensors)
+    : device_(device),
+      quota_bytes_(quota_bytes),
+      memory_(std::move(memory)),
+      max_tensors_(max_tensors) {}
 
 absl::StatusOr<TensorMeta> TensorStore::Alloc(const TensorMeta& spec,
                                               const Fill& fill, int rank) {
@@ -115,6 +118,14 @@ absl::StatusOr<TensorMeta> TensorStore::Alloc(const TensorMeta& spec,
       return absl::AlreadyExistsError(absl::StrCat(
           "tensor '", spec.name, "' already exists; free it first"));
     }
+    // Allocations in flight count too, so concurrent ones cannot overshoot.
+    if (max_tensors_ > 0 &&
+        static_cast<int64_t>(tensors_.size()) + allocating_ >= max_tensors_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "tensor '", spec.name, "' would be tensor number ", max_tensors_ + 1,
+          " on this worker, over its --max-tensors of ", max_tensors_,
+          "; free some first"));
+    }
     if (quota_bytes_ > 0 && bytes > quota_bytes_ - bytes_in_use_) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "tensor '", spec.name, "' needs ", bytes, " bytes but only ",
@@ -123,10 +134,12 @@ absl::StatusOr<TensorMeta> TensorStore::Alloc(const TensorMeta& spec,
     }
     // Reserve now so concurrent Allocs cannot overshoot the quota together.
     bytes_in_use_ += bytes;
+    ++allocating_;
   }
   auto unreserve = [&] {
     std::lock_guard<std::mutex> lock(mutex_);
     bytes_in_use_ -= bytes;
+    --allocating_;
   };
   auto data = memory_->Allocate(static_cast<size_t>(bytes));
   if (!data.ok()) {
@@ -153,6 +166,7 @@ absl::StatusOr<TensorMeta> TensorStore::Alloc(const TensorMeta& spec,
   }
 
   std::lock_guard<std::mutex> lock(mutex_);
+  --allocating_;
   if (!tensors_.emplace(spec.name, std::move(tensor)).second) {
     bytes_in_use_ -= bytes;
     return absl::AlreadyExistsError(

@@ -56,8 +56,9 @@ class Tensor {
 class TensorStore {
  public:
   // `quota_bytes` 0: unlimited. `memory` is `device`'s (MakeMemory).
+  // `max_tensors` 0: unlimited.
   TensorStore(Device device, int64_t quota_bytes,
-              std::unique_ptr<Memory> memory);
+              std::unique_ptr<Memory> memory, int64_t max_tensors = 0);
 
   absl::StatusOr<TensorMeta> Alloc(const TensorMeta& spec, const Fill& fill,
                                    int rank);
@@ -103,10 +104,13 @@ class TensorStore {
   const Device device_;
   const int64_t quota_bytes_;
   const std::unique_ptr<Memory> memory_;
+  const int64_t max_tensors_;
   mutable std::mutex mutex_;
   std::condition_variable host_idle_;
   std::map<std::string, std::shared_ptr<Tensor>> tensors_;
   int64_t bytes_in_use_ = 0;
+  // Allocations between their reservation and their insertion.
+  int64_t allocating_ = 0;
 };
 
 }  // namespace ccl

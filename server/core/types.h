@@ -74,13 +74,19 @@ struct OpSpec {
   int peer = 0;
   std::chrono::milliseconds timeout{0};  // 0: the worker's default
   int64_t generation = 0;                // 0: current
-  // Compare the op across ranks before it runs (see BoundOp::agree_first).
+  // Compare the op across ranks before it runs (see BoundOp::agreement).
   bool agree = true;
+  // Kept in the async table for Wait/Test by id (WorkerCore::FindWork).
+  bool async = false;
 };
 
 enum class WorkState { kQueued, kRunning, kCompleted, kFailed };
 
 struct BenchResult {
+  // nccl-tests' time: wall time of the timed loop / iterations.
+  double time_us = 0;
+  // Over the instances' own times (device time on NCCL, host time inside
+  // the op on Gloo): min <= avg <= max by construction.
   double avg_us = 0;
   double min_us = 0;
   double max_us = 0;

@@ -5,6 +5,7 @@
 // that waiting, callbacks and the flight recorder behave the same for all.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -42,6 +43,11 @@ class Work {
   void OnDone(std::function<void()> callback);
   // "all_reduce seq 5 of group world (work 12)".
   virtual std::string Describe() const;
+  // The client went away: work that has not started is dropped when its
+  // turn comes (it still takes its seq), a bench stops between instances.
+  // What is already inside the backend runs to its end or its timeout.
+  void RequestCancel() { cancel_requested_ = true; }
+  bool cancel_requested() const { return cancel_requested_; }
 
  protected:
   using Clock = std::chrono::steady_clock;
@@ -56,6 +62,7 @@ class Work {
   const int64_t id_;
   const OpSpec spec_;
   const Clock::time_point enqueued_ = Clock::now();
+  std::atomic<bool> cancel_requested_{false};
 
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;

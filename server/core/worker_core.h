@@ -18,10 +18,22 @@
 #include "absl/status/statusor.h"
 #include "common/types.h"
 #include "server/comm/kv_store.h"
+#include "server/core/bench_work.h"
+#include "server/core/plan_work.h"
 #include "server/core/types.h"
 #include "server/core/work.h"
 
 namespace ccl {
+
+struct PlanSpec {
+  std::string group = kWorldGroup;
+  int64_t seq = 0;
+  int64_t generation = 0;  // 0: current
+  // Their group, seq, generation and async are ignored (the plan's count).
+  std::vector<OpSpec> ops;
+  // One NCCL group for every op (see BatchOptions::aggregate).
+  bool aggregate = false;
+};
 
 // Group names follow the tensor-name rules; "world" is taken.
 absl::Status ValidateGroupName(const std::string& name);
@@ -37,6 +49,10 @@ struct WorkerConfig {
   std::chrono::milliseconds seq_gap_timeout{std::chrono::seconds(30)};
   // Address Gloo's TCP transport binds to.
   std::string data_host = "127.0.0.1";
+  // Most tensors held and groups known at once (0: no limit): a client
+  // cannot grow the worker without bound. RESOURCE_EXHAUSTED beyond.
+  int64_t max_tensors = 0;
+  int64_t max_groups = 0;
   // Called once per submitted op when it completes, fails or is refused, on
   // the thread that finishes it (metrics and op logs); must not block.
   std::function<void(const OpRecord&)> on_op_done;
@@ -81,17 +97,43 @@ class WorkerCore {
                                std::span<const std::byte> chunk)>& sink) = 0;
   virtual absl::StatusOr<TensorSummary> Summarize(const std::string& name,
                                                   int64_t head) = 0;
-
-  // Ops. Validates (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, ...) before
-  // anything is queued; on success the op runs in (group, seq) order.
+  // NOT_FOUND for an unknown name.
+  virtual absl::StatusOr<TensorMeta> Lookup(const std::string& name) const = 0;
+  // Alloc and Summarize off the caller's thread (fills and summaries take
+  // time in proportion to the tensor; an RPC thread must not spend it).
+  // `done` runs on the core's host-work thread.
+  virtual void AllocAsync(
+      const TensorMeta& spec, const Fill& fill,
+      std::function<void(absl::StatusOr<TensorMeta>)> done) = 0;
+  virtual void SummarizeAsync(
+      const std::string& name, int64_t head,
+      std::function<void(absl::StatusOr<TensorSummary>)> done) = 0;
+  // Ops. Each validates (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, ...)
+  // before anything is queued; on success the work runs in (group, seq)
+  // order. A request refused here still takes its seqs on this rank, so the
+  // group's later ops do not wait out the gap timeout for them (unless the
+  // seq itself is what is wrong: taken, lost, or far ahead).
   virtual absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) = 0;
-  // Async ops stay findable by id until waited for successfully.
+  // Consecutive ops of one group at [plan.seq, plan.seq + ops.size()).
+  virtual absl::StatusOr<std::shared_ptr<PlanWork>> SubmitPlan(
+      const PlanSpec& plan) = 0;
+  // A benchmark occupying one seq.
+  virtual absl::StatusOr<std::shared_ptr<BenchWork>> Bench(
+      const OpSpec& spec, const BenchOptions& options) = 0;
+  // A sequenced request the caller refused before it became an op (it did
+  // not parse): takes its `count` seqs all the same, records the refusal in
+  // the flight recorder, and returns `reason`.
+  virtual absl::Status Refuse(const std::string& group, int64_t seq,
+                              int64_t count, int64_t generation,
+                              absl::Status reason) = 0;
+  // Reserved seqs [begin, end) of `group` that a client will not use.
+  virtual absl::Status ReleaseSequence(const std::string& group,
+                                       int64_t generation, int64_t begin,
+                                       int64_t end) = 0;
+  // Async ops (OpSpec::async) stay findable by id until waited for
+  // successfully; sync ones are never in the table.
   virtual std::shared_ptr<Work> FindWork(int64_t id) = 0;
   virtual void ForgetWork(int64_t id) = 0;
-  // Runs warmup + iters instances at one seq; `done` gets the result.
-  virtual absl::Status Bench(
-      const OpSpec& spec, int warmup, int iters, bool check,
-      std::function<void(absl::StatusOr<BenchResult>)> done) = 0;
 
   // Makes the subgroup `name` of the world ranks `ranks` (group rank i is
   // ranks[i]), as torch.distributed.new_group. A world-group op: every rank

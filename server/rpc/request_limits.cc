@@ -79,8 +79,7 @@ absl::Status ValidateName(const std::string& name, const char* what,
 }
 
 absl::Status ValidateRequest(const v1::AllocTensorRequest& request,
-                             const RequestLimits& limits,
-                             int64_t tensors_held) {
+                             const RequestLimits& limits) {
   const v1::TensorSpec& spec = request.spec();
   if (absl::Status s = ValidateName(spec.name(), "tensor name", limits);
       !s.ok()) {
@@ -118,11 +117,6 @@ absl::Status ValidateRequest(const v1::AllocTensorRequest& request,
   if (!v1::FillKind_IsValid(request.fill().kind())) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown fill kind ", request.fill().kind()));
-  }
-  if (tensors_held >= limits.max_tensors) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this worker holds ", tensors_held,
-                     " tensors, the limit --max-tensors; free some first"));
   }
   return absl::OkStatus();
 }
@@ -223,6 +217,12 @@ absl::Status ValidateRequest(const v1::BenchRequest& request,
         "bench needs 1..", limits.max_bench_iters, " iters and 0..",
         limits.max_bench_iters, " warmup (max_bench_iters)"));
   }
+  if (request.graph_launches() < 0 ||
+      request.graph_launches() > limits.max_graph_launches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench graph launches must be 0..", limits.max_graph_launches,
+        " (max_graph_launches), got ", request.graph_launches()));
+  }
   return absl::OkStatus();
 }
 
@@ -236,8 +236,7 @@ absl::Status ValidateRequest(const v1::TestRequest&, const RequestLimits&) {
 }
 
 absl::Status ValidateRequest(const v1::CreateGroupRequest& request,
-                             const RequestLimits& limits,
-                             int64_t groups_known) {
+                             const RequestLimits& limits) {
   if (absl::Status s = ValidateName(request.name(), "group", limits); !s.ok()) {
     return s;
   }
@@ -247,9 +246,52 @@ absl::Status ValidateRequest(const v1::CreateGroupRequest& request,
                      " ranks; the limit is ", limits.max_group_ranks));
   }
   if (absl::Status s = Seq(request.seq(), limits); !s.ok()) return s;
-  if (groups_known >= limits.max_groups) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this worker knows ", groups_known, " groups, the limit --max-groups"));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequest(const v1::PlanRequest& request,
+                             const RequestLimits& limits) {
+  if (absl::Status s = OptionalName(request.group(), "group", limits);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Seq(request.seq(), limits); !s.ok()) return s;
+  if (request.generation() < 0) {
+    return absl::InvalidArgumentError("generation is negative");
+  }
+  if (request.ops_size() < 1 || request.ops_size() > limits.max_plan_ops) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a plan has 1..", limits.max_plan_ops,
+                     " ops (max_plan_ops), got ", request.ops_size()));
+  }
+  if (absl::Status s = Seq(request.seq() + request.ops_size() - 1, limits);
+      !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < request.ops_size(); ++i) {
+    if (absl::Status s = ValidateRequest(request.ops(i), limits); !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("op ", i, " of the plan: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequest(const v1::ReleaseSequenceRequest& request,
+                             const RequestLimits& limits) {
+  if (absl::Status s = OptionalName(request.group(), "group", limits);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Seq(request.begin(), limits); !s.ok()) return s;
+  if (absl::Status s = Seq(request.end(), limits); !s.ok()) return s;
+  if (request.end() < request.begin()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("release of seqs [", request.begin(), ", ", request.end(),
+                     ") ends before it begins"));
+  }
+  if (request.generation() < 0) {
+    return absl::InvalidArgumentError("generation is negative");
   }
   return absl::OkStatus();
 }

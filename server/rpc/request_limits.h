@@ -34,6 +34,9 @@ struct RequestLimits {
   int64_t max_timeout_ms = int64_t{24} * 3600 * 1000;
   // Bench iterations and GetOpLog records.
   int64_t max_bench_iters = 1000000;
+  // Ops of one plan, and launches of a bench's CUDA graph.
+  int max_plan_ops = 1 << 16;
+  int max_graph_launches = 1 << 16;
   int64_t max_op_log_limit = 1 << 16;
   // Sequence numbers come from the coordinator, a few at a time; one near
   // INT64_MAX would make the executor's counter overflow after the gap.
@@ -49,9 +52,10 @@ absl::Status ValidateLimits(const RequestLimits& limits);
 absl::Status ValidateName(const std::string& name, const char* what,
                           const RequestLimits& limits);
 
-// `tensors_held`: how many tensors the worker holds now.
+// How many tensors and groups a worker holds is the core's to count
+// (WorkerConfig::max_tensors, max_groups); these check the request alone.
 absl::Status ValidateRequest(const v1::AllocTensorRequest& request,
-                             const RequestLimits& limits, int64_t tensors_held);
+                             const RequestLimits& limits);
 absl::Status ValidateRequest(const v1::FreeTensorRequest& request,
                              const RequestLimits& limits);
 // One chunk of a WriteTensor stream; later chunks may leave the name empty.
@@ -69,9 +73,12 @@ absl::Status ValidateRequest(const v1::WaitRequest& request,
                              const RequestLimits& limits);
 absl::Status ValidateRequest(const v1::TestRequest& request,
                              const RequestLimits& limits);
-// `groups_known`: how many groups the worker knows now, the world included.
 absl::Status ValidateRequest(const v1::CreateGroupRequest& request,
-                             const RequestLimits& limits, int64_t groups_known);
+                             const RequestLimits& limits);
+absl::Status ValidateRequest(const v1::PlanRequest& request,
+                             const RequestLimits& limits);
+absl::Status ValidateRequest(const v1::ReleaseSequenceRequest& request,
+                             const RequestLimits& limits);
 absl::Status ValidateRequest(const v1::GetOpLogRequest& request,
                              const RequestLimits& limits);
 

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
 #include "common/proto_convert.h"
-#include "common/status_macros.h"
+#include "server/rpc/convert.h"
 
 namespace ccl {
 namespace {
@@ -18,6 +16,16 @@ constexpr int64_t kDefaultChunkBytes = 1 << 20;
 // gRPC's default receive limit is 4 MiB; stay well under it with framing.
 constexpr int64_t kMaxChunkBytes = 3 << 20;
 
+// The request checked against the limits, then converted.
+template <typename Request, typename Convert>
+auto ValidThen(const Request& request, const RequestLimits& limits,
+               Convert convert) -> decltype(convert(request)) {
+  if (absl::Status valid = ValidateRequest(request, limits); !valid.ok()) {
+    return valid;
+  }
+  return convert(request);
+}
+
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                  const absl::Status& status) {
   auto* reactor = context->DefaultReactor();
@@ -25,82 +33,28 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-v1::WorkState StateToProto(WorkState state) {
-  switch (state) {
-    case WorkState::kQueued:
-      return v1::WORK_STATE_QUEUED;
-    case WorkState::kRunning:
-      return v1::WORK_STATE_RUNNING;
-    case WorkState::kCompleted:
-      return v1::WORK_STATE_COMPLETED;
-    case WorkState::kFailed:
-      return v1::WORK_STATE_FAILED;
-  }
-  return v1::WORK_STATE_UNSPECIFIED;
-}
-
-FillKind FillKindFromProto(v1::FillKind kind) {
-  switch (kind) {
-    case v1::FILL_KIND_ONES:
-      return FillKind::kOnes;
-    case v1::FILL_KIND_CONSTANT:
-      return FillKind::kConstant;
-    case v1::FILL_KIND_RANK:
-      return FillKind::kRank;
-    case v1::FILL_KIND_RANK_PLUS_ONE:
-      return FillKind::kRankPlusOne;
-    case v1::FILL_KIND_ARANGE:
-      return FillKind::kArange;
-    case v1::FILL_KIND_ARANGE_PLUS_RANK:
-      return FillKind::kArangePlusRank;
-    case v1::FILL_KIND_RANDOM:
-      return FillKind::kRandom;
-    case v1::FILL_KIND_AFFINE:
-      return FillKind::kAffine;
-    case v1::FILL_KIND_UNINITIALIZED:
-      return FillKind::kUninitialized;
-    default:
-      return FillKind::kZeros;
-  }
-}
-
-// A sequenced request refused by validation still takes its seq on this
-// rank, as one the core refuses does, so the other ranks of the group do not
-// wait out a gap for it. A no-op at that seq is how the core is told.
-absl::Status RefuseSequenced(WorkerCore& core, const std::string& group,
-                             int64_t seq, int64_t generation,
-                             absl::Status reason) {
-  if (seq < 0) return reason;
-  OpSpec nop;
-  nop.group = group.empty() ? kWorldGroup : group;
-  nop.seq = seq;
-  nop.kind = OpKind::kNop;
-  nop.generation = generation;
-  auto work = core.Submit(nop);
-  if (work.ok()) core.ForgetWork((*work)->id());
-  return reason;
-}
-
-void GroupToProto(const GroupInfo& group, v1::GroupInfo* out) {
-  out->set_name(group.name);
-  for (int rank : group.ranks) out->add_ranks(rank);
-  out->set_group_rank(group.group_rank);
-  out->set_next_seq(group.next_seq);
-  out->set_backend(group.backend);
-  out->set_state(group.state);
-}
-
 // Streams a tensor range one chunk per write, pulling each chunk from the
-// core when the previous write is done, so memory stays at one chunk.
+// core when the previous write is done, so memory stays at one chunk. The
+// core checks the range.
 class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
  public:
   ReadReactor(WorkerCore& core, const v1::ReadTensorRequest& request)
       : core_(core), name_(request.name()) {
-    absl::Status status = Start(request);
-    if (!status.ok()) {
-      Finish(ToGrpcStatus(status));
+    auto meta = core_.Lookup(name_);
+    if (!meta.ok()) {
+      Finish(ToGrpcStatus(meta.status()));
       return;
     }
+    dtype_ = meta->dtype;
+    element_bytes_ = static_cast<int64_t>(DTypeSize(dtype_));
+    next_ = request.offset();
+    end_ =
+        request.count() == 0 ? meta->numel : request.offset() + request.count();
+    int64_t chunk_bytes =
+        request.chunk_bytes() > 0 ? request.chunk_bytes() : kDefaultChunkBytes;
+    chunk_bytes = std::min(chunk_bytes, kMaxChunkBytes);
+    chunk_elements_ = std::max<int64_t>(1, chunk_bytes / element_bytes_);
+    first_ = true;
     Next();
   }
 
@@ -114,57 +68,37 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Start(const v1::ReadTensorRequest& request) {
-    const std::vector<TensorMeta> tensors = core_.List();
-    auto it =
-        std::find_if(tensors.begin(), tensors.end(),
-                     [&](const TensorMeta& m) { return m.name == name_; });
-    if (it == tensors.end()) {
-      return absl::NotFoundError(absl::StrCat("no tensor named '", name_, "'"));
-    }
-    dtype_ = it->dtype;
-    element_bytes_ = static_cast<int64_t>(DTypeSize(dtype_));
-    if (request.offset() < 0 || request.count() < 0 ||
-        request.offset() > it->numel) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "read range offset %d count %d is outside tensor '%s' of %d elements",
-          request.offset(), request.count(), name_, it->numel));
-    }
-    next_ = request.offset();
-    end_ =
-        request.count() == 0 ? it->numel : request.offset() + request.count();
-    if (end_ > it->numel) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "read range [%d, %d) is outside tensor '%s' of %d elements", next_,
-          end_, name_, it->numel));
-    }
-    int64_t chunk_bytes =
-        request.chunk_bytes() > 0 ? request.chunk_bytes() : kDefaultChunkBytes;
-    chunk_bytes = std::min(chunk_bytes, kMaxChunkBytes);
-    chunk_elements_ = std::max<int64_t>(1, chunk_bytes / element_bytes_);
-    return absl::OkStatus();
-  }
-
   void Next() {
-    if (next_ >= end_) {
+    // The first call also lets the core check the whole range.
+    if (next_ >= end_ && !first_) {
       Finish(grpc::Status::OK);
       return;
     }
-    const int64_t count = std::min(chunk_elements_, end_ - next_);
+    const int64_t count =
+        first_ && next_ >= end_ ? 0 : std::min(chunk_elements_, end_ - next_);
     chunk_.Clear();
     chunk_.set_dtype(ToProto(dtype_));
     chunk_.set_offset_bytes(next_ * element_bytes_);
     std::string* data = chunk_.mutable_data();
-    data->reserve(count * element_bytes_);
-    absl::Status status =
-        core_.Read(name_, next_, count, count * element_bytes_,
-                   [&](int64_t, std::span<const std::byte> bytes) {
-                     data->append(reinterpret_cast<const char*>(bytes.data()),
-                                  bytes.size());
-                     return true;
-                   });
+    data->reserve(static_cast<size_t>(count * element_bytes_));
+    absl::Status status = absl::OkStatus();
+    if (count > 0 || first_) {
+      status =
+          core_.Read(name_, next_, count > 0 ? count : end_ - next_,
+                     count * element_bytes_,
+                     [&](int64_t, std::span<const std::byte> bytes) {
+                       data->append(reinterpret_cast<const char*>(bytes.data()),
+                                    bytes.size());
+                       return false;  // one chunk per write
+                     });
+    }
+    first_ = false;
     if (!status.ok()) {
       Finish(ToGrpcStatus(status));
+      return;
+    }
+    if (count == 0) {
+      Finish(grpc::Status::OK);
       return;
     }
     next_ += count;
@@ -178,7 +112,25 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
   int64_t chunk_elements_ = 1;
   int64_t next_ = 0;
   int64_t end_ = 0;
+  bool first_ = true;
   v1::ReadTensorChunk chunk_;
+};
+
+// Answers a unary call when its work completes. A client that cancels the
+// call cancels the work (WorkRequest::RequestCancel).
+class WorkReactor final : public grpc::ServerUnaryReactor {
+ public:
+  WorkReactor(std::shared_ptr<Work> work, std::function<absl::Status()> respond)
+      : work_(std::move(work)) {
+    work_->OnDone([this, respond = std::move(respond)] {
+      Finish(ToGrpcStatus(respond()));
+    });
+  }
+  void OnCancel() override { work_->RequestCancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<Work> work_;
 };
 
 // Answers a request that failed validation before any reactor work.
@@ -253,95 +205,6 @@ class WriteReactor final
 
 }  // namespace
 
-absl::StatusOr<TensorMeta> TensorSpecFromProto(const v1::TensorSpec& spec) {
-  TensorMeta meta;
-  meta.name = spec.name();
-  CCL_ASSIGN_OR_RETURN(meta.dtype, FromProto(spec.dtype()));
-  meta.shape.assign(spec.shape().begin(), spec.shape().end());
-  CCL_ASSIGN_OR_RETURN(meta.device, FromProto(spec.device()));
-  return meta;
-}
-
-absl::StatusOr<Fill> FillFromProto(const v1::Fill& fill) {
-  if (!v1::FillKind_IsValid(fill.kind())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown fill kind ", fill.kind()));
-  }
-  Fill out;
-  out.kind = FillKindFromProto(fill.kind());
-  out.value = fill.value();
-  out.rank_scale = fill.rank_scale();
-  out.step = fill.step();
-  out.seed = fill.seed();
-  return out;
-}
-
-absl::StatusOr<OpSpec> OpSpecFromProto(const v1::OpRequest& request) {
-  OpSpec spec;
-  spec.group = request.group().empty() ? kWorldGroup : request.group();
-  if (request.seq() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("seq ", request.seq(), " is negative"));
-  }
-  spec.seq = request.seq();
-  CCL_ASSIGN_OR_RETURN(spec.kind, FromProto(request.kind()));
-  spec.input = request.input();
-  spec.output = request.output();
-  if (request.reduce_op() != v1::REDUCE_OP_UNSPECIFIED) {
-    CCL_ASSIGN_OR_RETURN(spec.reduce_op, FromProto(request.reduce_op()));
-  }
-  spec.premul_scale = request.premul_scale();
-  if (spec.reduce_op == ReduceOp::kPremulSum && request.premul_scale() == 0) {
-    return absl::InvalidArgumentError(
-        "premul_sum needs a non-zero premul_scale");
-  }
-  spec.root = request.root();
-  spec.peer = request.peer();
-  if (request.timeout_ms() < 0) {
-    return absl::InvalidArgumentError("timeout_ms is negative");
-  }
-  spec.timeout = std::chrono::milliseconds(request.timeout_ms());
-  spec.generation = request.generation();
-  spec.agree = !request.skip_agreement();
-  return spec;
-}
-
-v1::TensorInfo TensorInfoToProto(const TensorMeta& meta) {
-  v1::TensorInfo info;
-  auto* spec = info.mutable_spec();
-  spec->set_name(meta.name);
-  spec->set_dtype(ToProto(meta.dtype));
-  for (int64_t dim : meta.shape) spec->add_shape(dim);
-  *spec->mutable_device() = ToProto(meta.device);
-  info.set_numel(meta.numel);
-  info.set_bytes(meta.bytes);
-  return info;
-}
-
-v1::OpTiming TimingToProto(const OpTiming& timing) {
-  v1::OpTiming out;
-  out.set_enqueued_unix_us(timing.enqueued_unix_us);
-  out.set_queue_us(timing.queue_us);
-  out.set_device_us(timing.device_us);
-  out.set_total_us(timing.total_us);
-  return out;
-}
-
-void WorkToProto(const Work& work, v1::WorkStatus* out) {
-  out->set_work_id(work.id());
-  const WorkState state = work.state();
-  out->set_state(StateToProto(state));
-  out->set_kind(ToProto(work.spec().kind));
-  out->set_group(work.spec().group);
-  out->set_seq(work.spec().seq);
-  if (state == WorkState::kFailed) {
-    const absl::Status status = work.status();
-    out->set_error_code(static_cast<int32_t>(status.code()));
-    out->set_error_message(std::string(status.message()));
-  }
-  *out->mutable_timing() = TimingToProto(work.timing());
-}
-
 WorkerService::WorkerService(WorkerCore& core, WorkerIdentity identity,
                              RequestLimits limits)
     : core_(core), limits_(limits), identity_(std::move(identity)) {}
@@ -383,18 +246,20 @@ grpc::ServerUnaryReactor* WorkerService::GetInfo(
 grpc::ServerUnaryReactor* WorkerService::AllocTensor(
     grpc::CallbackServerContext* context, const v1::AllocTensorRequest* request,
     v1::TensorInfo* response) {
-  if (absl::Status valid = ValidateRequest(
-          *request, limits_, static_cast<int64_t>(core_.List().size()));
-      !valid.ok()) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
     return Finish(context, valid);
   }
   auto meta = TensorSpecFromProto(request->spec());
   if (!meta.ok()) return Finish(context, meta.status());
   auto fill = FillFromProto(request->fill());
   if (!fill.ok()) return Finish(context, fill.status());
-  auto result = core_.Alloc(*meta, *fill);
-  if (result.ok()) *response = TensorInfoToProto(*result);
-  return Finish(context, result.status());
+  auto* reactor = context->DefaultReactor();
+  core_.AllocAsync(*meta, *fill,
+                   [reactor, response](absl::StatusOr<TensorMeta> result) {
+                     if (result.ok()) *response = TensorInfoToProto(*result);
+                     reactor->Finish(ToGrpcStatus(result.status()));
+                   });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::FreeTensor(
@@ -438,78 +303,123 @@ grpc::ServerUnaryReactor* WorkerService::SummarizeTensor(
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
     return Finish(context, valid);
   }
-  auto summary = core_.Summarize(request->name(), request->head());
-  if (summary.ok()) {
-    *response->mutable_info() = TensorInfoToProto(summary->meta);
-    response->set_sum(summary->sum);
-    response->set_min(summary->min);
-    response->set_max(summary->max);
-    response->set_checksum(absl::StrFormat("%016x", summary->checksum));
-    for (double value : summary->head) response->add_head(value);
-    response->set_nan_count(summary->nan_count);
-  }
-  return Finish(context, summary.status());
+  auto* reactor = context->DefaultReactor();
+  core_.SummarizeAsync(
+      request->name(), request->head(),
+      [reactor, response](absl::StatusOr<TensorSummary> summary) {
+        if (summary.ok()) SummaryToProto(*summary, response);
+        reactor->Finish(ToGrpcStatus(summary.status()));
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::Submit(
     grpc::CallbackServerContext* context, const v1::OpRequest* request,
     v1::OpResponse* response) {
-  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
-    return Finish(context,
-                  RefuseSequenced(core_, request->group(), request->seq(),
-                                  request->generation(), valid));
+  absl::StatusOr<OpSpec> spec = ValidThen(*request, limits_, OpSpecFromProto);
+  if (!spec.ok()) {
+    return Finish(context, core_.Refuse(request->group(), request->seq(), 1,
+                                        request->generation(), spec.status()));
   }
-  auto spec = OpSpecFromProto(*request);
-  if (!spec.ok()) return Finish(context, spec.status());
   auto work = core_.Submit(*spec);
   if (!work.ok()) return Finish(context, work.status());
   response->set_rank(core_.rank());
   response->set_generation(core_.generation());
   response->set_group(spec->group);
   response->set_seq(spec->seq);
-  if (request->async()) {
+  if (spec->async) {
     response->set_work_id((*work)->id());
     response->set_state(StateToProto((*work)->state()));
     return Finish(context, absl::OkStatus());
   }
-  // The async table is for async ops only; a sync op is answered here.
-  core_.ForgetWork((*work)->id());
-  auto* reactor = context->DefaultReactor();
-  std::shared_ptr<Work> held = *work;
-  held->OnDone([reactor, response, held] {
-    response->set_state(StateToProto(held->state()));
-    *response->mutable_timing() = TimingToProto(held->timing());
-    reactor->Finish(ToGrpcStatus(held->status()));
+  Work* raw = work->get();
+  return new WorkReactor(*work, [raw, response] {
+    response->set_state(StateToProto(raw->state()));
+    *response->mutable_timing() = TimingToProto(raw->timing());
+    return raw->status();
   });
-  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
+    grpc::CallbackServerContext* context, const v1::PlanRequest* request,
+    v1::PlanResponse* response) {
+  absl::StatusOr<PlanSpec> plan =
+      ValidThen(*request, limits_, PlanSpecFromProto);
+  if (!plan.ok()) {
+    return Finish(context, core_.Refuse(request->group(), request->seq(),
+                                        std::max(1, request->ops_size()),
+                                        request->generation(), plan.status()));
+  }
+  auto work = core_.SubmitPlan(*plan);
+  if (!work.ok()) return Finish(context, work.status());
+  response->set_rank(core_.rank());
+  response->set_generation(core_.generation());
+  response->set_group(plan->group);
+  response->set_seq(plan->seq);
+  PlanWork* held = work->get();
+  return new WorkReactor(*work, [held, response] {
+    const std::vector<PlanOpResult> results = held->results();
+    const std::vector<OpSpec>& specs = held->op_specs();
+    for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
+      v1::WorkStatus* out = response->add_results();
+      out->set_work_id(held->id());
+      out->set_kind(ToProto(specs[i].kind));
+      out->set_group(specs[i].group);
+      out->set_seq(specs[i].seq);
+      out->set_state(results[i].status.ok() ? v1::WORK_STATE_COMPLETED
+                                            : v1::WORK_STATE_FAILED);
+      if (!results[i].status.ok()) {
+        out->set_error_code(static_cast<int32_t>(results[i].status.code()));
+        out->set_error_message(std::string(results[i].status.message()));
+      }
+      out->mutable_timing()->set_device_us(results[i].device_us);
+    }
+    // Each op's outcome is in the results; the call succeeded if the plan
+    // was run, whatever its ops did.
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerService::ReleaseSequence(
+    grpc::CallbackServerContext* context,
+    const v1::ReleaseSequenceRequest* request, v1::ReleaseSequenceResponse*) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context, valid);
+  }
+  return Finish(context,
+                core_.ReleaseSequence(request->group(), request->generation(),
+                                      request->begin(), request->end()));
 }
 
 grpc::ServerUnaryReactor* WorkerService::Bench(
     grpc::CallbackServerContext* context, const v1::BenchRequest* request,
     v1::BenchResponse* response) {
-  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
-    const v1::OpRequest& op = request->op();
-    return Finish(context, RefuseSequenced(core_, op.group(), op.seq(),
-                                           op.generation(), valid));
-  }
-  auto spec = OpSpecFromProto(request->op());
-  if (!spec.ok()) return Finish(context, spec.status());
-  auto* reactor = context->DefaultReactor();
-  const int rank = core_.rank();
-  absl::Status status = core_.Bench(
-      *spec, request->warmup_iters(), request->iters(), request->check(),
-      [reactor, response, rank](absl::StatusOr<BenchResult> result) {
-        if (result.ok()) {
-          response->set_rank(rank);
-          response->set_avg_us(result->avg_us);
-          response->set_min_us(result->min_us);
-          response->set_max_us(result->max_us);
-          response->set_wrong(result->wrong);
-        }
-        reactor->Finish(ToGrpcStatus(result.status()));
+  const v1::OpRequest& op = request->op();
+  absl::StatusOr<OpSpec> spec =
+      ValidThen(*request, limits_, [](const v1::BenchRequest& bench) {
+        return OpSpecFromProto(bench.op());
       });
-  if (!status.ok()) reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  if (!spec.ok()) {
+    return Finish(context, core_.Refuse(op.group(), op.seq(), 1,
+                                        op.generation(), spec.status()));
+  }
+  auto work = core_.Bench(*spec, BenchOptionsFromProto(*request));
+  if (!work.ok()) return Finish(context, work.status());
+  BenchWork* held = work->get();
+  const int rank = core_.rank();
+  return new WorkReactor(*work, [held, response, rank] {
+    const absl::Status status = held->status();
+    if (status.ok()) {
+      const BenchResult result = held->result();
+      response->set_rank(rank);
+      response->set_time_us(result.time_us);
+      response->set_avg_us(result.avg_us);
+      response->set_min_us(result.min_us);
+      response->set_max_us(result.max_us);
+      response->set_wrong(result.wrong);
+    }
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* WorkerService::Wait(
@@ -577,11 +487,9 @@ grpc::ServerUnaryReactor* WorkerService::Test(
 grpc::ServerUnaryReactor* WorkerService::CreateGroup(
     grpc::CallbackServerContext* context, const v1::CreateGroupRequest* request,
     v1::GroupInfo* response) {
-  if (absl::Status valid = ValidateRequest(
-          *request, limits_, static_cast<int64_t>(core_.Groups().size()));
-      !valid.ok()) {
-    return Finish(
-        context, RefuseSequenced(core_, kWorldGroup, request->seq(), 0, valid));
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return Finish(context,
+                  core_.Refuse(kWorldGroup, request->seq(), 1, 0, valid));
   }
   std::vector<int> ranks(request->ranks().begin(), request->ranks().end());
   // The split waits for every rank of the world; bound it by most of the
@@ -597,20 +505,18 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   auto work =
       core_.CreateGroup(request->name(), ranks, request->seq(), timeout);
   if (!work.ok()) return Finish(context, work.status());
-  auto* reactor = context->DefaultReactor();
-  std::shared_ptr<Work> held = *work;
+  Work* held = work->get();
   WorkerCore* core = &core_;
   const std::string name = request->name();
-  held->OnDone([reactor, response, held, core, name] {
+  return new WorkReactor(*work, [held, response, core, name] {
     absl::Status status = held->status();
     if (status.ok()) {
       for (const GroupInfo& group : core->Groups()) {
         if (group.name == name) GroupToProto(group, response);
       }
     }
-    reactor->Finish(ToGrpcStatus(status));
+    return status;
   });
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetOpLog(
@@ -630,23 +536,7 @@ grpc::ServerUnaryReactor* WorkerService::GetOpLog(
           std::chrono::system_clock::now().time_since_epoch())
           .count());
   for (const OpRecord& record : log->second) {
-    v1::OpRecord* out = response->add_records();
-    out->set_seq(record.spec.seq);
-    out->set_kind(ToProto(record.spec.kind));
-    out->set_dtype(ToProto(record.dtype));
-    out->set_count(record.count);
-    out->set_root(record.spec.root);
-    out->set_peer(record.spec.peer);
-    out->set_reduce_op(ToProto(record.spec.reduce_op));
-    out->set_input(record.spec.input);
-    out->set_output(record.spec.output);
-    out->set_state(StateToProto(record.state));
-    *out->mutable_timing() = TimingToProto(record.timing);
-    if (!record.status.ok()) {
-      out->set_error_code(static_cast<int32_t>(record.status.code()));
-      out->set_error_message(std::string(record.status.message()));
-    }
-    out->set_work_id(record.work_id);
+    OpRecordToProto(record, response->add_records());
   }
   return Finish(context, absl::OkStatus());
 }

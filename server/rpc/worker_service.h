@@ -1,7 +1,8 @@
-// gRPC adapter of the worker: converts ccl.v1 messages to WorkerCore calls
-// and back. Holds no state of its own beyond in-flight reactors; nothing in
-// here blocks a gRPC thread (sync ops finish their reactor from the op's
-// completion callback, Wait parks on the work and a timer).
+// gRPC adapter of the worker: checks each request against the limits,
+// converts it (convert.h), calls WorkerCore and converts the answer back. Holds
+// no state of its own beyond in-flight reactors; nothing in here blocks a gRPC
+// thread (sync ops finish their reactor from the op's completion callback, Wait
+// parks on the work and a timer).
 #pragma once
 
 #include <atomic>
@@ -59,6 +60,13 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
                                    const v1::OpRequest* request,
                                    v1::OpResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitPlan(grpc::CallbackServerContext* context,
+                                       const v1::PlanRequest* request,
+                                       v1::PlanResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseSequence(
+      grpc::CallbackServerContext* context,
+      const v1::ReleaseSequenceRequest* request,
+      v1::ReleaseSequenceResponse* response) override;
   grpc::ServerUnaryReactor* Bench(grpc::CallbackServerContext* context,
                                   const v1::BenchRequest* request,
                                   v1::BenchResponse* response) override;
@@ -83,13 +91,5 @@ class WorkerService final : public v1::Worker::CallbackService {
   std::mutex state_mutex_;
   std::string state_ = "joining";
 };
-
-// Proto <-> native conversions, exposed for unit tests.
-absl::StatusOr<OpSpec> OpSpecFromProto(const v1::OpRequest& request);
-absl::StatusOr<TensorMeta> TensorSpecFromProto(const v1::TensorSpec& spec);
-absl::StatusOr<Fill> FillFromProto(const v1::Fill& fill);
-v1::TensorInfo TensorInfoToProto(const TensorMeta& meta);
-v1::OpTiming TimingToProto(const OpTiming& timing);
-void WorkToProto(const Work& work, v1::WorkStatus* out);
 
 }  // namespace ccl

@@ -288,6 +288,20 @@ TEST(TensorStoreTest, Summarizes) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TensorStoreTest, CountsTensorsAgainstItsLimit) {
+  TensorStore store(Device{}, 0, MakeHostMemory(), /*max_tensors=*/2);
+  ASSERT_TRUE(store.Alloc(Spec("a", DType::kFloat32, {4}), {}, 0).ok());
+  ASSERT_TRUE(store.Alloc(Spec("b", DType::kFloat32, {4}), {}, 0).ok());
+  auto third = store.Alloc(Spec("c", DType::kFloat32, {4}), {}, 0);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("--max-tensors"), std::string::npos)
+      << third.status();
+  // Freeing makes room again; the others are untouched.
+  ASSERT_TRUE(store.Free("a").ok());
+  EXPECT_TRUE(store.Alloc(Spec("c", DType::kFloat32, {4}), {}, 0).ok());
+  EXPECT_EQ(store.List().size(), 2u);
+}
+
 TEST(TensorStoreTest, BusyTensorsRefuseHostAccess) {
   TensorStore store(Device{}, 0, MakeHostMemory());
   ASSERT_TRUE(store.Alloc(Spec("t", DType::kFloat32, {4}), {}, 0).ok());

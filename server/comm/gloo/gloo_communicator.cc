@@ -210,10 +210,6 @@ bool LooksLikeTimeout(const std::string& message) {
          absl::StrContains(message, "timeout");
 }
 
-// The agreement exchange of seq k must not share a slot with the op itself.
-uint32_t AgreementTag(int64_t seq) {
-  return static_cast<uint32_t>(seq) ^ 0x80000000u;
-}
 uint64_t P2PHeaderSlot(int64_t seq) {
   return (uint64_t{0xCD} << 56) |
          (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
@@ -390,7 +386,12 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
 
   if (op.kind == OpKind::kNop) return absl::OkStatus();
   if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) return SendRecv(op);
-  if (op.agree_first) CCL_RETURN_IF_ERROR(AgreeCollective(op));
+  // Gloo trusts the sizes it is given: a peer's larger message ends the
+  // process from inside its transport thread. So even a client that asked
+  // to skip the check gets one here.
+  if (op.agreement == Agreement::kSkip) {
+    CCL_RETURN_IF_ERROR(AgreeCollective(op));
+  }
   if (op.kind == OpKind::kBarrier) {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
@@ -562,15 +563,89 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
 
 absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {
   std::vector<OpFingerprint> all(static_cast<size_t>(size_));
-  OpFingerprint mine = FingerprintOf(op, rank_);
-  gloo::AllgatherOptions opts(context_);
-  opts.setInput<uint8_t>(reinterpret_cast<uint8_t*>(&mine), sizeof(mine));
-  opts.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(all.data()),
-                          all.size() * sizeof(OpFingerprint));
-  opts.setTag(AgreementTag(op.seq));
-  opts.setTimeout(std::max(op.timeout, std::chrono::milliseconds(1)));
-  gloo::allgather(opts);
+  const OpFingerprint mine = FingerprintOf(op, rank_);
+  CCL_RETURN_IF_ERROR(AllGatherHost(
+      &mine, all.data(), sizeof(mine),
+      Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1))));
   return CompareCollective(op.seq, all);
+}
+
+absl::Status GlooCommunicator::GuardExchange(
+    const std::function<void()>& exchange) {
+  absl::Status status;
+  try {
+    exchange();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    status = LooksLikeTimeout(e.what()) ? absl::DeadlineExceededError(e.what())
+                                        : absl::UnavailableError(e.what());
+  } catch (const gloo::Exception& e) {
+    status = absl::UnavailableError(e.what());
+  } catch (const std::exception& e) {
+    status = absl::InternalError(e.what());
+  }
+  Abort(status);
+  return status;
+}
+
+absl::Status GlooCommunicator::AllGatherHost(const void* mine, void* all,
+                                             size_t bytes,
+                                             Clock::time_point deadline) {
+  const auto timeout =
+      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                   deadline - Clock::now()),
+               std::chrono::milliseconds(1));
+  // Apart from the ops' tags (their seqs, below 2^31 in practice).
+  const uint32_t tag = 0x80000000u | (collective_exchanges_++ & 0x7fffffffu);
+  return GuardExchange([&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput<uint8_t>(reinterpret_cast<uint8_t*>(const_cast<void*>(mine)),
+                           bytes);
+    opts.setOutput<uint8_t>(static_cast<uint8_t*>(all),
+                            bytes * static_cast<size_t>(size_));
+    opts.setTag(tag);
+    opts.setTimeout(timeout);
+    gloo::allgather(opts);
+  });
+}
+
+absl::Status GlooCommunicator::ExchangeHost(int peer, const void* mine,
+                                            void* theirs, size_t bytes,
+                                            Clock::time_point deadline) {
+  const auto timeout =
+      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                   deadline - Clock::now()),
+               std::chrono::milliseconds(1));
+  const uint64_t count = pair_exchanges_[peer]++;
+  // One slot per direction of this pair's count-th exchange.
+  auto slot = [count](int from, int to) {
+    return (uint64_t{0xCF} << 56) | (uint64_t{from < to ? 1u : 0u} << 47) |
+           (count & ((uint64_t{1} << 47) - 1));
+  };
+  // Copies Gloo can keep if the exchange times out (it keeps posted
+  // buffers): the communicator is broken then and holds them to the end.
+  auto out = std::make_shared<std::vector<std::byte>>(bytes);
+  auto in = std::make_shared<std::vector<std::byte>>(bytes);
+  std::memcpy(out->data(), mine, bytes);
+  std::shared_ptr<gloo::transport::UnboundBuffer> out_buffer =
+      context_->createUnboundBuffer(out->data(), bytes);
+  std::shared_ptr<gloo::transport::UnboundBuffer> in_buffer =
+      context_->createUnboundBuffer(in->data(), bytes);
+  absl::Status status = GuardExchange([&] {
+    in_buffer->recv(peer, slot(peer, rank_));
+    out_buffer->send(peer, slot(rank_, peer));
+    in_buffer->waitRecv(timeout);
+    out_buffer->waitSend(timeout);
+  });
+  if (!status.ok()) {
+    abandoned_.push_back(in);
+    abandoned_.push_back(out);
+    abandoned_.push_back(in_buffer);
+    abandoned_.push_back(out_buffer);
+    return status;
+  }
+  std::memcpy(theirs, in->data(), bytes);
+  return absl::OkStatus();
 }
 
 absl::Status GlooCommunicator::SendRecv(const BoundOp& op) {

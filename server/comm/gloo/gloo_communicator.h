@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +45,12 @@ class GlooCommunicator final : public Communicator {
   absl::Status Health() const override;
   void Abort(const absl::Status& why) override;
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(const BoundOp& op) override;
+  absl::Status AllGatherHost(
+      const void* mine, void* all, size_t bytes,
+      std::chrono::steady_clock::time_point deadline) override;
+  absl::Status ExchangeHost(
+      int peer, const void* mine, void* theirs, size_t bytes,
+      std::chrono::steady_clock::time_point deadline) override;
   // Members connect a new full mesh among themselves through the store
   // (keys under this communicator's prefix); the others take no part.
   absl::StatusOr<std::unique_ptr<Communicator>> Split(
@@ -58,6 +66,9 @@ class GlooCommunicator final : public Communicator {
   absl::Status Run(const BoundOp& op);
   // Checks that every rank runs the same collective (one small allgather).
   absl::Status AgreeCollective(const BoundOp& op);
+  // Gloo exceptions of an exchange as a Status; poisons on a timeout or a
+  // transport error.
+  absl::Status GuardExchange(const std::function<void()>& exchange);
   // Point to point: the sender's and receiver's views of the op cross
   // before any data moves, so sizes that differ fail on both sides.
   absl::Status SendRecv(const BoundOp& op);
@@ -79,6 +90,12 @@ class GlooCommunicator final : public Communicator {
   };
   std::unique_ptr<std::byte, FreeDeleter> scratch_;
   size_t scratch_bytes_ = 0;
+
+  // Exchanges happen in the same order on every rank taking part, so a
+  // running count names each one's tag or slots on both sides: one count
+  // for the collective exchanges, one per peer for the pairwise ones.
+  uint32_t collective_exchanges_ = 0;
+  std::map<int, uint64_t> pair_exchanges_;
 
   // Receive buffers of point-to-point exchanges that timed out: Gloo keeps
   // the posted recv, so their memory must live as long as the context.

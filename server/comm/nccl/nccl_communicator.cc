@@ -1,24 +1,26 @@
 #include "server/comm/nccl/nccl_communicator.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
 #include "server/comm/nccl/nccl_host.h"
-#include "server/comm/op_fingerprint.h"
 
 namespace ccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Polls an op: first by yielding for up to 10 ms, since a sleep costs at
-// least the kernel's timer slack (50 us) and that lateness would land in
-// every small op's latency and every benchmark's figure; then with a growing
-// sleep (20 us to 1 ms) so that long ops do not burn a core. Runs on
-// executor threads, never on a gRPC thread.
+// Polls: first by yielding for up to 10 ms, since a sleep costs at least the
+// kernel's timer slack (50 us) and that lateness would land in every small
+// op's latency and every benchmark's figure; then with a growing sleep
+// (20 us to 1 ms) so that long ops do not burn a core. Runs on executor
+// threads, never on a gRPC thread.
 class Backoff {
  public:
   void Pause() {
@@ -35,15 +37,47 @@ class Backoff {
   std::chrono::microseconds delay_{20};
 };
 
+// A communicator's state: ncclSuccess, ncclInProgress while a non-blocking
+// call is under way, or the error NCCL recorded for it.
+ncclResult_t CommState(ncclComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t got = ncclCommGetAsyncError(comm, &async);
+  return got != ncclSuccess ? got : async;
+}
+
+bool IsError(ncclResult_t result) {
+  return result != ncclSuccess && result != ncclInProgress;
+}
+
+// Collectives must connect when a lane is made, not at their first use: on
+// a blocking communicator a first use would wait on the host for peers that
+// may be gone (see the header). Set once, before the first communicator
+// reads it; an operator's own setting wins.
+void ConnectCollectivesAtInit() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("NCCL_RUNTIME_CONNECT", "0", 0); });
+}
+
+ncclConfig_t LaneConfig(bool blocking, bool small) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = blocking ? 1 : 0;
+  if (small) {
+    // Control and agreement traffic is a few bytes: one channel is plenty,
+    // and every channel costs buffers per peer and algorithm.
+    config.minCTAs = 1;
+    config.maxCTAs = 1;
+  }
+  return config;
+}
+
 class NcclWork final : public CommWork {
  public:
   NcclWork(NcclCommunicator* comm, cudaEvent_t start, cudaEvent_t stop,
            std::string what)
       : comm_(comm), start_(start), stop_(stop), what_(std::move(what)) {}
   ~NcclWork() override {
-    cudaSetDevice(comm_->device());
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
+    comm_->ReturnEvent(start_);
+    comm_->ReturnEvent(stop_);
   }
 
   bool IsCompleted() override {
@@ -116,6 +150,33 @@ class NcclWork final : public CommWork {
   absl::Status status_;
 };
 
+// Launches of a graph that captured a batch of ops: the graph is kept until
+// the launches are done with it.
+struct GraphHolder {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~GraphHolder() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+class GraphWork final : public CommWork {
+ public:
+  GraphWork(std::unique_ptr<CommWork> inner, std::unique_ptr<GraphHolder> graph)
+      : inner_(std::move(inner)), graph_(std::move(graph)) {}
+  bool IsCompleted() override { return inner_->IsCompleted(); }
+  absl::Status Wait(std::chrono::milliseconds timeout) override {
+    return inner_->Wait(timeout);
+  }
+  void Abort() override { inner_->Abort(); }
+  double DeviceMicros() const override { return inner_->DeviceMicros(); }
+
+ private:
+  std::unique_ptr<CommWork> inner_;
+  std::unique_ptr<GraphHolder> graph_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
@@ -127,7 +188,9 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   auto annotate = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
   };
-  auto init = [&]() -> absl::StatusOr<std::unique_ptr<NcclCommunicator>> {
+  ConnectCollectivesAtInit();
+  const Clock::time_point deadline = Clock::now() + timeout;
+  auto init = [&]() -> absl::StatusOr<ncclComm_t> {
     CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
     const std::string key = nccl::UniqueIdKey(prefix);
     ncclUniqueId id;
@@ -143,10 +206,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       if (!decoded.ok()) return decoded.status();
       id = *decoded;
     }
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
+    ncclConfig_t config = LaneConfig(/*blocking=*/false, /*small=*/true);
     ncclComm_t comm = nullptr;
-    const Clock::time_point deadline = Clock::now() + timeout;
     ncclResult_t result =
         ncclCommInitRankConfig(&comm, size, id, rank, &config);
     Backoff backoff;
@@ -157,9 +218,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
             "not every rank joined within ", timeout.count(), " ms"));
       }
       backoff.Pause();
-      ncclResult_t async = ncclSuccess;
-      const ncclResult_t got = ncclCommGetAsyncError(comm, &async);
-      result = got != ncclSuccess ? got : async;
+      result = CommState(comm);
     }
     if (result != ncclSuccess) {
       absl::Status s =
@@ -168,153 +227,186 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       if (comm != nullptr) ncclCommAbort(comm);
       return s;
     }
-    return Wrap(rank, size, device, comm);
+    return comm;
   };
-  auto made = init();
+  auto control = init();
+  if (!control.ok()) return annotate(control.status());
+  auto made = FromControl(rank, size, device, *control,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              deadline - Clock::now()));
   if (!made.ok()) return annotate(made.status());
   return made;
 }
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Wrap(
-    int rank, int size, int device, ncclComm_t comm) {
-  cudaStream_t stream = nullptr;
+absl::StatusOr<ncclComm_t> NcclCommunicator::SplitComm(
+    ncclComm_t parent, int color, int key, ncclConfig_t config,
+    Clock::time_point deadline) {
+  // The parent is non-blocking, so the split runs on NCCL's own thread and
+  // ends when the parent's state leaves ncclInProgress. NCCL writes the
+  // child's handle into the slot from that thread, after ncclCommSplit
+  // returned (seen with 2.28), and freeing the slot once the split looked
+  // complete still corrupted the heap; so the slot is never freed: 8 bytes
+  // per split.
+  auto* slot = new ncclComm_t(nullptr);
+  auto child_of = [slot] { return __atomic_load_n(slot, __ATOMIC_ACQUIRE); };
+  ncclResult_t result = ncclCommSplit(parent, color, key, slot, &config);
+  Backoff backoff;
+  while (result == ncclSuccess || result == ncclInProgress) {
+    const ncclResult_t state = CommState(parent);
+    if (IsError(state)) {
+      result = state;
+      break;
+    }
+    if (state == ncclSuccess) {
+      result = ncclSuccess;
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      if (ncclComm_t child = child_of(); child != nullptr) {
+        ncclCommAbort(child);
+      }
+      return absl::DeadlineExceededError(
+          "not every rank of the parent communicator joined the split in "
+          "time");
+    }
+    backoff.Pause();
+  }
+  ncclComm_t child = child_of();
+  if (result == ncclSuccess && child != nullptr) result = CommState(child);
+  if (result != ncclSuccess) {
+    absl::Status s =
+        nccl::NcclErrorStatus(result, "ncclCommSplit", __FILE__, __LINE__,
+                              ncclGetLastError(child ? child : parent));
+    if (child != nullptr) ncclCommAbort(child);
+    return s;
+  }
+  if (child == nullptr && color != NCCL_SPLIT_NOCOLOR) {
+    return absl::InternalError("ncclCommSplit returned no communicator");
+  }
+  return child;
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::FromControl(
+    int rank, int size, int device, ncclComm_t control,
+    std::chrono::milliseconds timeout) {
+  const Clock::time_point deadline =
+      Clock::now() + std::max(timeout, std::chrono::milliseconds(1));
+  Lane lanes[3];
+  lanes[0].comm = control;
   void* barrier = nullptr;
   auto cleanup = [&] {
+    for (Lane& lane : lanes) {
+      if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+    }
     if (barrier != nullptr) cudaFree(barrier);
-    if (stream != nullptr) cudaStreamDestroy(stream);
-    ncclCommAbort(comm);
+    // Children before their parent.
+    for (int i = 2; i >= 0; --i) {
+      if (lanes[i].comm != nullptr) ncclCommAbort(lanes[i].comm);
+    }
   };
-  // A blocking stream on purpose: it orders after host-side copies and
-  // fills on the legacy default stream.
-  if (cudaError_t e = cudaStreamCreate(&stream); e != cudaSuccess) {
+  auto fail = [&](absl::Status s) {
     cleanup();
-    return cuda::CudaErrorStatus(e, "cudaStreamCreate", __FILE__, __LINE__);
+    return s;
+  };
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return fail(cuda::CudaErrorStatus(e, "cudaSetDevice", __FILE__, __LINE__));
+  }
+  auto data =
+      SplitComm(control, 0, rank,
+                LaneConfig(/*blocking=*/true, /*small=*/false), deadline);
+  if (!data.ok()) {
+    return fail(absl::Status(
+        data.status().code(),
+        absl::StrCat("making the data lane: ", data.status().message())));
+  }
+  lanes[1].comm = *data;
+  auto agree =
+      SplitComm(control, 0, rank, LaneConfig(/*blocking=*/true, /*small=*/true),
+                deadline);
+  if (!agree.ok()) {
+    return fail(absl::Status(
+        agree.status().code(),
+        absl::StrCat("making the agreement lane: ", agree.status().message())));
+  }
+  lanes[2].comm = *agree;
+  // Blocking streams on purpose: they order after host-side copies and
+  // fills on the legacy default stream.
+  for (Lane& lane : lanes) {
+    if (cudaError_t e = cudaStreamCreate(&lane.stream); e != cudaSuccess) {
+      lane.stream = nullptr;
+      return fail(
+          cuda::CudaErrorStatus(e, "cudaStreamCreate", __FILE__, __LINE__));
+    }
   }
   if (cudaError_t e = cudaMalloc(&barrier, 64); e != cudaSuccess) {
     barrier = nullptr;
-    cleanup();
-    return cuda::CudaErrorStatus(e, "cudaMalloc(barrier)", __FILE__, __LINE__);
+    return fail(
+        cuda::CudaErrorStatus(e, "cudaMalloc(barrier)", __FILE__, __LINE__));
   }
   if (cudaError_t e = cudaMemset(barrier, 0, 64); e != cudaSuccess) {
-    cleanup();
-    return cuda::CudaErrorStatus(e, "cudaMemset(barrier)", __FILE__, __LINE__);
+    return fail(
+        cuda::CudaErrorStatus(e, "cudaMemset(barrier)", __FILE__, __LINE__));
   }
-  return std::unique_ptr<NcclCommunicator>(
-      new NcclCommunicator(rank, size, device, comm, stream, barrier));
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(
+      rank, size, device, lanes[0], lanes[1], lanes[2], barrier));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Split(
     const std::vector<int>& members, const std::string& /*name*/,
     std::chrono::milliseconds timeout) {
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   auto it = std::find(members.begin(), members.end(), rank_);
   const bool member = it != members.end();
-  auto child = SplitByColor(member ? 0 : NCCL_SPLIT_NOCOLOR,
-                            member ? static_cast<int>(it - members.begin()) : 0,
-                            timeout);
-  if (!child.ok()) return child.status();
-  return std::unique_ptr<Communicator>(*std::move(child));
-}
-
-absl::StatusOr<std::unique_ptr<NcclCommunicator>>
-NcclCommunicator::SplitByColor(int color, int key,
-                               std::chrono::milliseconds timeout) {
-  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const std::string where =
-      absl::StrCat("ncclCommSplit of rank ", rank_, "/", size_, " (color ",
-                   color, ", key ", key, ")");
-  std::lock_guard<std::mutex> lock(comm_mutex_);
-  if (aborted_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(where, ": the parent communicator was aborted"));
-  }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  // Non-blocking: NCCL's init thread writes the child's handle into the
-  // slot after ncclCommSplit returned (seen with NCCL 2.28), and freeing the
-  // slot once the split looked complete still corrupted the heap. So the
-  // slot is never freed: 8 bytes per split. The split is done once the
-  // parent (every rank) and the child (members) are past ncclInProgress.
-  auto* slot = new ncclComm_t(nullptr);
-  auto child_of = [slot] { return __atomic_load_n(slot, __ATOMIC_ACQUIRE); };
-  const bool member = color != NCCL_SPLIT_NOCOLOR;
+  const int key = member ? static_cast<int>(it - members.begin()) : 0;
+  const std::string where = absl::StrCat(
+      "ncclCommSplit of rank ", rank_, "/", size_, " (",
+      member ? absl::StrCat("group rank ", key) : "not a member", ")");
   const Clock::time_point deadline = Clock::now() + timeout;
-  auto state = [](ncclComm_t c) {
-    ncclResult_t async = ncclSuccess;
-    const ncclResult_t got = ncclCommGetAsyncError(c, &async);
-    return got != ncclSuccess ? got : async;
-  };
-  ncclResult_t result = ncclCommSplit(comm_, color, key, slot, &config);
-  Backoff backoff;
-  while (result == ncclSuccess || result == ncclInProgress) {
-    const ncclResult_t parent = state(comm_);
-    ncclComm_t child = child_of();
-    const ncclResult_t own =
-        !member ? ncclSuccess
-                : (child != nullptr ? state(child) : ncclInProgress);
-    if (parent != ncclSuccess && parent != ncclInProgress) {
-      result = parent;
-      break;
+  absl::StatusOr<ncclComm_t> child;
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (aborted_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, ": the parent communicator was aborted"));
     }
-    if (own != ncclSuccess && own != ncclInProgress) {
-      result = own;
-      break;
-    }
-    if (parent == ncclSuccess && own == ncclSuccess) {
-      result = ncclSuccess;
-      break;
-    }
-    if (Clock::now() >= deadline) {
-      if (child != nullptr) ncclCommAbort(child);
-      absl::Status why = absl::DeadlineExceededError(
-          absl::StrCat(where, ": not every rank of the parent joined within ",
-                       timeout.count(), " ms; the parent was aborted"));
-      // The parent is mid-collective with peers that never came: unusable.
-      Poison(why);
-      aborted_ = true;
-      ncclCommAbort(comm_);
-      return why;
-    }
-    backoff.Pause();
+    child = SplitComm(control_.comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key,
+                      LaneConfig(/*blocking=*/false, /*small=*/true), deadline);
   }
-  ncclComm_t child = child_of();
-  if (result != ncclSuccess) {
-    absl::Status s = nccl::NcclErrorStatus(
-        result, "ncclCommSplit", __FILE__, __LINE__,
-        ncclGetLastError(child != nullptr ? child : comm_));
-    if (child != nullptr) ncclCommAbort(child);
-    return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+  if (!child.ok()) {
+    const absl::Status why(child.status().code(),
+                           absl::StrCat(where, ": ", child.status().message()));
+    // A split that timed out left the parent mid-collective with peers that
+    // never came: unusable.
+    if (absl::IsDeadlineExceeded(child.status())) AbortComm(why);
+    return why;
   }
-  if (child == nullptr) {
-    if (member) {
-      return absl::InternalError(
-          absl::StrCat(where, ": NCCL returned no communicator"));
-    }
-    return std::unique_ptr<NcclCommunicator>();
-  }
+  if (*child == nullptr) return std::unique_ptr<Communicator>();
   int child_rank = -1;
   int child_size = 0;
-  if (ncclCommUserRank(child, &child_rank) != ncclSuccess ||
-      ncclCommCount(child, &child_size) != ncclSuccess) {
-    ncclCommAbort(child);
+  if (ncclCommUserRank(*child, &child_rank) != ncclSuccess ||
+      ncclCommCount(*child, &child_size) != ncclSuccess) {
+    ncclCommAbort(*child);
     return absl::InternalError(
         absl::StrCat(where, ": cannot read the child's rank and size"));
   }
-  auto made = Wrap(child_rank, child_size, device_, child);
+  auto made = FromControl(child_rank, child_size, device_, *child,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              deadline - Clock::now()));
   if (!made.ok()) {
     return absl::Status(made.status().code(),
                         absl::StrCat(where, ": ", made.status().message()));
   }
-  return made;
+  return std::unique_ptr<Communicator>(*std::move(made));
 }
 
-NcclCommunicator::NcclCommunicator(int rank, int size, int device,
-                                   ncclComm_t comm, cudaStream_t stream,
-                                   void* barrier_buf)
+NcclCommunicator::NcclCommunicator(int rank, int size, int device, Lane control,
+                                   Lane data, Lane agree, void* barrier_buf)
     : rank_(rank),
       size_(size),
       device_(device),
-      comm_(comm),
-      stream_(stream),
+      control_(control),
+      data_(data),
+      agree_(agree),
       barrier_buf_(barrier_buf) {}
 
 NcclCommunicator::~NcclCommunicator() {
@@ -326,25 +418,58 @@ NcclCommunicator::~NcclCommunicator() {
       // gone when a generation replaces this one. Let queued work drain
       // first when the communicator is healthy.
       if (Health().ok()) DrainStream(std::chrono::seconds(10));
-      ncclCommAbort(comm_);
+      ncclCommAbort(agree_.comm);
+      ncclCommAbort(data_.comm);
+      ncclCommAbort(control_.comm);
     }
   }
   DrainStream(std::chrono::seconds(10));
-  cudaStreamDestroy(stream_);
+  for (Lane* lane : {&control_, &data_, &agree_}) {
+    cudaStreamDestroy(lane->stream);
+  }
   cudaFree(barrier_buf_);
   if (scratch_ != nullptr) cudaFree(scratch_);
-  if (agree_device_ != nullptr) cudaFree(agree_device_);
-  if (agree_host_ != nullptr) cudaFreeHost(agree_host_);
-  if (agree_done_ != nullptr) cudaEventDestroy(agree_done_);
+  if (exchange_device_ != nullptr) cudaFree(exchange_device_);
+  if (exchange_host_ != nullptr) cudaFreeHost(exchange_host_);
+  if (exchange_done_ != nullptr) cudaEventDestroy(exchange_done_);
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
 }
 
 void NcclCommunicator::DrainStream(std::chrono::milliseconds limit) {
   const Clock::time_point deadline = Clock::now() + limit;
   Backoff backoff;
-  while (cudaStreamQuery(stream_) == cudaErrorNotReady &&
+  while (cudaStreamQuery(data_.stream) == cudaErrorNotReady &&
          Clock::now() < deadline) {
     backoff.Pause();
   }
+}
+
+absl::StatusOr<cudaEvent_t> NcclCommunicator::TakeEvent() {
+  {
+    std::lock_guard<std::mutex> lock(events_mutex_);
+    if (!free_events_.empty()) {
+      cudaEvent_t event = free_events_.back();
+      free_events_.pop_back();
+      return event;
+    }
+  }
+  cudaEvent_t event = nullptr;
+  CCL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event));
+  return event;
+}
+
+void NcclCommunicator::ReturnEvent(cudaEvent_t event) {
+  // A handle may outlive an op that never completed (an abort): its events
+  // may still be pending on a dead stream, so they are destroyed instead of
+  // reused.
+  cudaSetDevice(device_);
+  if (cudaEventQuery(event) != cudaSuccess) {
+    cudaEventDestroy(event);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  free_events_.push_back(event);
 }
 
 absl::Status NcclCommunicator::Supports(OpKind kind, DType dtype,
@@ -377,14 +502,14 @@ absl::Status NcclCommunicator::AsyncError() {
   // is busy, its error is simply not known yet.
   std::unique_lock<std::mutex> lock(comm_mutex_, std::try_to_lock);
   if (!lock.owns_lock() || aborted_) return absl::OkStatus();
-  ncclResult_t async = ncclSuccess;
-  const ncclResult_t got = ncclCommGetAsyncError(comm_, &async);
-  const ncclResult_t result = got != ncclSuccess ? got : async;
-  if (result == ncclSuccess || result == ncclInProgress) {
-    return absl::OkStatus();
+  for (const Lane* lane : {&data_, &agree_, &control_}) {
+    const ncclResult_t state = CommState(lane->comm);
+    if (IsError(state)) {
+      return nccl::NcclErrorStatus(state, "ncclCommGetAsyncError", __FILE__,
+                                   __LINE__, ncclGetLastError(lane->comm));
+    }
   }
-  return nccl::NcclErrorStatus(result, "ncclCommGetAsyncError", __FILE__,
-                               __LINE__, ncclGetLastError(comm_));
+  return absl::OkStatus();
 }
 
 void NcclCommunicator::AbortComm(absl::Status why) {
@@ -392,31 +517,16 @@ void NcclCommunicator::AbortComm(absl::Status why) {
   std::lock_guard<std::mutex> lock(comm_mutex_);
   if (aborted_.exchange(true)) return;
   cudaSetDevice(device_);
-  ncclCommAbort(comm_);
-}
-
-absl::Status NcclCommunicator::Settle(ncclResult_t result, const char* what,
-                                      Clock::time_point deadline) {
-  Backoff backoff;
-  while (result == ncclInProgress) {
-    if (Clock::now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, " stayed in progress past the op's timeout"));
-    }
-    backoff.Pause();
-    ncclResult_t async = ncclSuccess;
-    const ncclResult_t got = ncclCommGetAsyncError(comm_, &async);
-    result = got != ncclSuccess ? got : async;
-  }
-  if (result == ncclSuccess) return absl::OkStatus();
-  return nccl::NcclErrorStatus(result, what, __FILE__, __LINE__,
-                               ncclGetLastError(comm_));
+  // Children before their parent.
+  ncclCommAbort(agree_.comm);
+  ncclCommAbort(data_.comm);
+  ncclCommAbort(control_.comm);
 }
 
 absl::StatusOr<void*> NcclCommunicator::Scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
     // Ops already enqueued may still use the old buffer.
-    CCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    CCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(data_.stream));
     if (scratch_ != nullptr) cudaFree(scratch_);
     scratch_ = nullptr;
     scratch_bytes_ = 0;
@@ -428,25 +538,27 @@ absl::StatusOr<void*> NcclCommunicator::Scratch(size_t bytes) {
   return scratch_;
 }
 
-// Enqueues `op` on stream_. Caller holds comm_mutex_.
-absl::Status NcclCommunicator::Enqueue(const BoundOp& op, ncclDataType_t dtype,
-                                       Clock::time_point deadline) {
+// Enqueues `op` on the data lane, a blocking communicator: every call
+// returns once the work is on the stream. Caller holds comm_mutex_.
+absl::Status NcclCommunicator::Enqueue(const BoundOp& op,
+                                       ncclDataType_t dtype) {
   const size_t n = static_cast<size_t>(op.count);
   const size_t bytes = n * DTypeSize(op.dtype);
   const size_t world = static_cast<size_t>(size_);
-  auto* in_bytes = static_cast<const std::byte*>(op.input);
-  auto* out_bytes = static_cast<std::byte*>(op.output);
-#define CCL_NCCL_CALL(call)                                            \
-  do {                                                                 \
-    if (absl::Status _s = Settle((call), #call, deadline); !_s.ok()) { \
-      return _s;                                                       \
-    }                                                                  \
+  ncclComm_t comm = data_.comm;
+  cudaStream_t stream = data_.stream;
+#define CCL_NCCL_CALL(call)                                       \
+  do {                                                            \
+    if (ncclResult_t _r = (call); _r != ncclSuccess) {            \
+      return nccl::NcclErrorStatus(_r, #call, __FILE__, __LINE__, \
+                                   ncclGetLastError(comm));       \
+    }                                                             \
   } while (0)
 
   if (op.kind == OpKind::kNop) return absl::OkStatus();
   if (op.kind == OpKind::kBarrier) {
     CCL_NCCL_CALL(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32,
-                                ncclSum, comm_, stream_));
+                                ncclSum, comm, stream));
     return absl::OkStatus();
   }
   // Empty tensors move nothing; every rank agrees on that without talking.
@@ -462,87 +574,49 @@ absl::Status NcclCommunicator::Enqueue(const BoundOp& op, ncclDataType_t dtype,
         alignas(8) unsigned char scalar[8] = {};
         StoreElement(op.dtype, scalar, 0, op.premul_scale);
         CCL_NCCL_CALL(ncclRedOpCreatePreMulSum(&red, scalar, dtype,
-                                               ncclScalarHostImmediate, comm_));
+                                               ncclScalarHostImmediate, comm));
         premul = true;
       } else {
         auto mapped = nccl::ToNcclRedOp(op.reduce_op);
         if (!mapped.ok()) return mapped.status();
         red = *mapped;
       }
-      absl::Status status;
+      ncclResult_t r;
+      const char* call;
       if (op.kind == OpKind::kAllReduce) {
-        status = Settle(
-            ncclAllReduce(op.input, op.output, n, dtype, red, comm_, stream_),
-            "ncclAllReduce", deadline);
+        r = ncclAllReduce(op.input, op.output, n, dtype, red, comm, stream);
+        call = "ncclAllReduce";
       } else if (op.kind == OpKind::kReduce) {
-        status = Settle(ncclReduce(op.input, op.output, n, dtype, red, op.root,
-                                   comm_, stream_),
-                        "ncclReduce", deadline);
+        r = ncclReduce(op.input, op.output, n, dtype, red, op.root, comm,
+                       stream);
+        call = "ncclReduce";
       } else {
-        status = Settle(ncclReduceScatter(op.input, op.output, n, dtype, red,
-                                          comm_, stream_),
-                        "ncclReduceScatter", deadline);
+        r = ncclReduceScatter(op.input, op.output, n, dtype, red, comm, stream);
+        call = "ncclReduceScatter";
       }
       // Allowed right after the last enqueue that uses it.
-      if (premul) ncclRedOpDestroy(red, comm_);
-      return status;
+      if (premul) ncclRedOpDestroy(red, comm);
+      if (r != ncclSuccess) {
+        return nccl::NcclErrorStatus(r, call, __FILE__, __LINE__,
+                                     ncclGetLastError(comm));
+      }
+      return absl::OkStatus();
     }
     case OpKind::kBroadcast:
-      CCL_NCCL_CALL(ncclBroadcast(op.input, op.output, n, dtype, op.root, comm_,
-                                  stream_));
+      CCL_NCCL_CALL(
+          ncclBroadcast(op.input, op.output, n, dtype, op.root, comm, stream));
       return absl::OkStatus();
     case OpKind::kAllGather:
-      CCL_NCCL_CALL(
-          ncclAllGather(op.input, op.output, n, dtype, comm_, stream_));
+      CCL_NCCL_CALL(ncclAllGather(op.input, op.output, n, dtype, comm, stream));
       return absl::OkStatus();
-    case OpKind::kGather: {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    case OpKind::kGather:
       CCL_NCCL_CALL(
-          ncclGather(op.input, op.output, n, dtype, op.root, comm_, stream_));
-#else
-      CCL_NCCL_CALL(ncclGroupStart());
-      if (rank_ == op.root) {
-        for (size_t j = 0; j < world; ++j) {
-          if (static_cast<int>(j) == rank_) continue;
-          CCL_NCCL_CALL(ncclRecv(out_bytes + j * bytes, n, dtype,
-                                 static_cast<int>(j), comm_, stream_));
-        }
-      } else {
-        CCL_NCCL_CALL(ncclSend(op.input, n, dtype, op.root, comm_, stream_));
-      }
-      CCL_NCCL_CALL(ncclGroupEnd());
-      if (rank_ == op.root && in_bytes != out_bytes + rank_ * bytes) {
-        CCL_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(out_bytes + rank_ * bytes, op.input, bytes,
-                            cudaMemcpyDeviceToDevice, stream_));
-      }
-#endif
+          ncclGather(op.input, op.output, n, dtype, op.root, comm, stream));
       return absl::OkStatus();
-    }
-    case OpKind::kScatter: {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    case OpKind::kScatter:
       CCL_NCCL_CALL(
-          ncclScatter(op.input, op.output, n, dtype, op.root, comm_, stream_));
-#else
-      CCL_NCCL_CALL(ncclGroupStart());
-      if (rank_ == op.root) {
-        for (size_t j = 0; j < world; ++j) {
-          if (static_cast<int>(j) == rank_) continue;
-          CCL_NCCL_CALL(ncclSend(in_bytes + j * bytes, n, dtype,
-                                 static_cast<int>(j), comm_, stream_));
-        }
-      } else {
-        CCL_NCCL_CALL(ncclRecv(op.output, n, dtype, op.root, comm_, stream_));
-      }
-      CCL_NCCL_CALL(ncclGroupEnd());
-      if (rank_ == op.root && out_bytes != in_bytes + rank_ * bytes) {
-        CCL_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(op.output, in_bytes + rank_ * bytes, bytes,
-                            cudaMemcpyDeviceToDevice, stream_));
-      }
-#endif
+          ncclScatter(op.input, op.output, n, dtype, op.root, comm, stream));
       return absl::OkStatus();
-    }
     case OpKind::kAllToAll: {
       // In place goes through a staged copy of the input.
       const void* in = op.input;
@@ -551,161 +625,167 @@ absl::Status NcclCommunicator::Enqueue(const BoundOp& op, ncclDataType_t dtype,
         if (!scratch.ok()) return scratch.status();
         CCL_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(*scratch, op.input, world * bytes,
-                            cudaMemcpyDeviceToDevice, stream_));
+                            cudaMemcpyDeviceToDevice, stream));
         in = *scratch;
       }
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-      CCL_NCCL_CALL(ncclAlltoAll(in, op.output, n, dtype, comm_, stream_));
-#else
-      CCL_NCCL_CALL(ncclGroupStart());
-      for (size_t j = 0; j < world; ++j) {
-        CCL_NCCL_CALL(ncclSend(static_cast<const std::byte*>(in) + j * bytes, n,
-                               dtype, static_cast<int>(j), comm_, stream_));
-        CCL_NCCL_CALL(ncclRecv(out_bytes + j * bytes, n, dtype,
-                               static_cast<int>(j), comm_, stream_));
-      }
-      CCL_NCCL_CALL(ncclGroupEnd());
-#endif
+      CCL_NCCL_CALL(ncclAlltoAll(in, op.output, n, dtype, comm, stream));
       return absl::OkStatus();
     }
     case OpKind::kSend:
-      CCL_NCCL_CALL(ncclSend(op.input, n, dtype, op.peer, comm_, stream_));
+      CCL_NCCL_CALL(ncclSend(op.input, n, dtype, op.peer, comm, stream));
       return absl::OkStatus();
     case OpKind::kRecv:
-      CCL_NCCL_CALL(ncclRecv(op.output, n, dtype, op.peer, comm_, stream_));
+      CCL_NCCL_CALL(ncclRecv(op.output, n, dtype, op.peer, comm, stream));
       return absl::OkStatus();
     case OpKind::kBarrier:
     case OpKind::kNop:
       break;
   }
 #undef CCL_NCCL_CALL
-  (void)in_bytes;
-  (void)out_bytes;
-  (void)world;
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::Agree(const BoundOp& op,
-                                     Clock::time_point deadline) {
-  const bool p2p = op.kind == OpKind::kSend || op.kind == OpKind::kRecv;
-  const size_t slots = static_cast<size_t>(size_) + 1;
-  constexpr size_t kPrint = sizeof(OpFingerprint);
-  // Whether the exchange stalls in its enqueue or on the device, the cause
-  // is the same: a peer that never joined it.
-  auto never_arrived = [&] {
-    return absl::DeadlineExceededError(
-        p2p ? absl::StrCat("rank ", op.peer, " posted no matching ",
-                           op.kind == OpKind::kSend ? "recv" : "send",
-                           " within ", op.timeout.count(),
-                           " ms (it may have run a different op at this "
-                           "seq, or none); the NCCL communicator was aborted")
-            : absl::StrCat("not every rank reached seq ", op.seq, " within ",
-                           op.timeout.count(),
-                           " ms; the NCCL communicator was aborted"));
-  };
+absl::Status NcclCommunicator::ExchangeOn(Lane& lane, bool p2p, int peer,
+                                          const void* mine, void* out,
+                                          size_t bytes,
+                                          Clock::time_point deadline) {
+  const size_t out_bytes = p2p ? bytes : bytes * static_cast<size_t>(size_);
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (aborted_) {
       return absl::FailedPreconditionError(
           "the NCCL communicator was aborted by an earlier error");
     }
-    if (agree_device_ == nullptr) {
-      CCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&agree_device_, slots * kPrint));
-      CCL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&agree_host_, slots * kPrint));
-      CCL_CUDA_RETURN_IF_ERROR(
-          cudaEventCreateWithFlags(&agree_done_, cudaEventDisableTiming));
+    CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    // Device: [everyone's (or the peer's) | mine]; host (pinned): the same.
+    const size_t need = out_bytes + bytes;
+    if (need > exchange_bytes_) {
+      if (exchange_device_ != nullptr) {
+        CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+        cudaFree(exchange_device_);
+        cudaFreeHost(exchange_host_);
+        exchange_device_ = nullptr;
+        exchange_host_ = nullptr;
+        exchange_bytes_ = 0;
+      }
+      CCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&exchange_device_, need));
+      CCL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&exchange_host_, need));
+      exchange_bytes_ = need;
+      if (exchange_done_ == nullptr) {
+        CCL_CUDA_RETURN_IF_ERROR(
+            cudaEventCreateWithFlags(&exchange_done_, cudaEventDisableTiming));
+      }
     }
-    auto* host = static_cast<OpFingerprint*>(agree_host_);
-    auto* device = static_cast<std::byte*>(agree_device_);
-    host[size_] = FingerprintOf(op, rank_);
-    std::byte* mine = device + size_ * kPrint;
-    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mine, &host[size_], kPrint,
-                                             cudaMemcpyHostToDevice, stream_));
-    absl::Status enqueued;
+    auto* host = static_cast<std::byte*>(exchange_host_);
+    auto* device = static_cast<std::byte*>(exchange_device_);
+    std::memcpy(host + out_bytes, mine, bytes);
+    CCL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(device + out_bytes, host + out_bytes, bytes,
+                        cudaMemcpyHostToDevice, lane.stream));
+    ncclResult_t r;
     if (p2p) {
-      ncclResult_t r = ncclGroupStart();
+      // The control lane is non-blocking: a first exchange with this peer
+      // connects them on NCCL's thread, which the loop below waits out.
+      r = ncclGroupStart();
       if (r == ncclSuccess) {
-        r = ncclSend(mine, kPrint, ncclUint8, op.peer, comm_, stream_);
+        r = ncclSend(device + out_bytes, bytes, ncclUint8, peer, lane.comm,
+                     lane.stream);
       }
       if (r == ncclSuccess || r == ncclInProgress) {
-        r = ncclRecv(device, kPrint, ncclUint8, op.peer, comm_, stream_);
+        r = ncclRecv(device, bytes, ncclUint8, peer, lane.comm, lane.stream);
       }
-      enqueued = Settle(ncclGroupEnd(), "ncclGroupEnd (agreement)", deadline);
-      if (enqueued.ok() && r != ncclSuccess && r != ncclInProgress) {
-        enqueued =
-            nccl::NcclErrorStatus(r, "ncclSend/ncclRecv (agreement)", __FILE__,
-                                  __LINE__, ncclGetLastError(comm_));
+      const ncclResult_t end = ncclGroupEnd();
+      if (r == ncclSuccess || r == ncclInProgress) r = end;
+      Backoff backoff;
+      while (r == ncclInProgress && Clock::now() < deadline) {
+        backoff.Pause();
+        r = CommState(lane.comm);
       }
     } else {
-      enqueued =
-          Settle(ncclAllGather(mine, device, kPrint, ncclUint8, comm_, stream_),
-                 "ncclAllGather (agreement)", deadline);
+      r = ncclAllGather(device + out_bytes, device, bytes, ncclUint8, lane.comm,
+                        lane.stream);
     }
-    if (absl::IsDeadlineExceeded(enqueued)) return never_arrived();
-    if (!enqueued.ok()) return enqueued;
-    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, device,
-                                             (p2p ? 1 : size_) * kPrint,
-                                             cudaMemcpyDeviceToHost, stream_));
-    CCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(agree_done_, stream_));
+    if (r == ncclInProgress) {
+      return absl::DeadlineExceededError("the exchange's enqueue timed out");
+    }
+    if (r != ncclSuccess) {
+      return nccl::NcclErrorStatus(
+          r, p2p ? "ncclSend/ncclRecv (exchange)" : "ncclAllGather (exchange)",
+          __FILE__, __LINE__, ncclGetLastError(lane.comm));
+    }
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        host, device, out_bytes, cudaMemcpyDeviceToHost, lane.stream));
+    CCL_CUDA_RETURN_IF_ERROR(cudaEventRecord(exchange_done_, lane.stream));
   }
   // Waited for without the lock, so that an abort can interrupt it.
   Backoff backoff;
   while (true) {
-    const cudaError_t query = cudaEventQuery(agree_done_);
+    const cudaError_t query = cudaEventQuery(exchange_done_);
     if (query == cudaSuccess) break;
     if (query != cudaErrorNotReady) {
-      return cuda::CudaErrorStatus(query, "cudaEventQuery(agreement)", __FILE__,
+      return cuda::CudaErrorStatus(query, "cudaEventQuery(exchange)", __FILE__,
                                    __LINE__);
     }
     if (absl::Status async = AsyncError(); !async.ok()) return async;
     if (Clock::now() >= deadline) {
-      absl::Status why = never_arrived();
-      AbortComm(why);
-      return why;
+      return absl::DeadlineExceededError("the exchange did not complete");
     }
     backoff.Pause();
   }
-  const auto* host = static_cast<const OpFingerprint*>(agree_host_);
-  if (p2p) return ComparePointToPoint(op.seq, host[size_], host[0]);
-  return CompareCollective(op.seq,
-                           std::vector<OpFingerprint>(host, host + size_));
+  std::memcpy(out, exchange_host_, out_bytes);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
-    const BoundOp& op) {
-  if (absl::Status health = Health(); !health.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("nccl communicator is broken by an earlier error: ",
-                     health.ToString()));
-  }
-  if (absl::Status s = Supports(op.kind, op.dtype, op.reduce_op); !s.ok()) {
+absl::Status NcclCommunicator::AllGatherHost(const void* mine, void* all,
+                                             size_t bytes,
+                                             Clock::time_point deadline) {
+  absl::Status s =
+      ExchangeOn(agree_, /*p2p=*/false, 0, mine, all, bytes, deadline);
+  // A stalled exchange may be half done on some rank.
+  if (!s.ok()) AbortComm(s);
+  return s;
+}
+
+absl::Status NcclCommunicator::ExchangeHost(int peer, const void* mine,
+                                            void* theirs, size_t bytes,
+                                            Clock::time_point deadline) {
+  absl::Status s =
+      ExchangeOn(control_, /*p2p=*/true, peer, mine, theirs, bytes, deadline);
+  if (!s.ok()) {
+    AbortComm(s);
     return s;
   }
-  auto dtype = nccl::ToNcclDataType(op.dtype);
-  if (!dtype.ok()) return dtype.status();
-  const std::string what =
-      absl::StrCat("nccl ", std::string(OpKindName(op.kind)), " seq ", op.seq,
-                   " at rank ", rank_, "/", size_);
-  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  const Clock::time_point deadline =
-      Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
-  if (op.agree_first && op.kind != OpKind::kNop &&
-      op.kind != OpKind::kBarrier) {
-    if (absl::Status agreed = Agree(op, deadline); !agreed.ok()) {
-      const absl::Status why(agreed.code(),
-                             absl::StrCat(what, ": ", agreed.message()));
-      // A mismatch leaves the communicator clean; anything else may have
-      // left the exchange half done on some rank.
-      if (!absl::IsInvalidArgument(agreed)) AbortComm(why);
-      return why;
-    }
+  std::lock_guard<std::mutex> lock(comm_mutex_);
+  reached_peers_.insert(peer);
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::ReachPeer(int peer, Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (reached_peers_.count(peer) > 0) return absl::OkStatus();
   }
-  cudaEvent_t start = nullptr;
-  cudaEvent_t stop = nullptr;
-  CCL_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  if (cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
-    cudaEventDestroy(start);
-    return cuda::CudaErrorStatus(e, "cudaEventCreate", __FILE__, __LINE__);
+  const int32_t token = rank_;
+  int32_t theirs = -1;
+  absl::Status s = ExchangeHost(peer, &token, &theirs, sizeof(token), deadline);
+  if (absl::IsDeadlineExceeded(s)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", peer,
+        " did not take part in a send/recv with this rank in time (it may "
+        "have run a different op at this seq, or none); the NCCL "
+        "communicator was aborted"));
+  }
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
+    const std::string& what, const std::function<absl::Status()>& enqueue) {
+  auto start = TakeEvent();
+  if (!start.ok()) return start.status();
+  auto stop = TakeEvent();
+  if (!stop.ok()) {
+    ReturnEvent(*start);
+    return stop.status();
   }
   absl::Status status;
   {
@@ -713,14 +793,15 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
     if (aborted_) {
       status = absl::FailedPreconditionError(
           "the NCCL communicator was aborted by an earlier error");
-    } else if (cudaError_t e = cudaEventRecord(start, stream_);
+    } else if (cudaError_t e = cudaEventRecord(*start, data_.stream);
                e != cudaSuccess) {
       status = cuda::CudaErrorStatus(e, "cudaEventRecord(start)", __FILE__,
                                      __LINE__);
     } else {
-      status = Enqueue(op, *dtype, deadline);
+      status = enqueue();
       if (status.ok()) {
-        if (cudaError_t e = cudaEventRecord(stop, stream_); e != cudaSuccess) {
+        if (cudaError_t e = cudaEventRecord(*stop, data_.stream);
+            e != cudaSuccess) {
           status = cuda::CudaErrorStatus(e, "cudaEventRecord(stop)", __FILE__,
                                          __LINE__);
         }
@@ -728,8 +809,8 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
     }
   }
   if (!status.ok()) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    ReturnEvent(*start);
+    ReturnEvent(*stop);
     const absl::Status why(status.code(),
                            absl::StrCat(what, ": ", status.message()));
     // Part of the op may be enqueued and peers may be inside it.
@@ -740,7 +821,127 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
     }
     return why;
   }
-  return std::unique_ptr<CommWork>(new NcclWork(this, start, stop, what));
+  return std::unique_ptr<CommWork>(new NcclWork(this, *start, *stop, what));
+}
+
+absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
+    const BoundOp& op) {
+  if (absl::Status health = Health(); !health.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("nccl communicator is broken by an earlier error: ",
+                     health.ToString()));
+  }
+  auto dtype = nccl::ToNcclDataType(op.dtype);
+  if (!dtype.ok()) return dtype.status();
+  const std::string what =
+      absl::StrCat("nccl ", std::string(OpKindName(op.kind)), " seq ", op.seq,
+                   " at rank ", rank_, "/", size_);
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && op.count > 0) {
+    const Clock::time_point deadline =
+        Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
+    if (absl::Status s = ReachPeer(op.peer, deadline); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+    }
+  }
+  return Handle(what, [&] { return Enqueue(op, *dtype); });
+}
+
+absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::LaunchBatch(
+    const std::vector<BoundOp>& ops, const BatchOptions& options) {
+  if (!options.aggregate && options.graph_launches <= 0) {
+    return Communicator::LaunchBatch(ops, options);
+  }
+  if (absl::Status health = Health(); !health.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("nccl communicator is broken by an earlier error: ",
+                     health.ToString()));
+  }
+  if (ops.empty()) {
+    return absl::InvalidArgumentError("an empty batch has nothing to launch");
+  }
+  std::vector<ncclDataType_t> dtypes;
+  for (const BoundOp& op : ops) {
+    auto dtype = nccl::ToNcclDataType(op.dtype);
+    if (!dtype.ok()) return dtype.status();
+    dtypes.push_back(*dtype);
+  }
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const Clock::time_point deadline =
+      Clock::now() +
+      std::max(ops.front().timeout, std::chrono::milliseconds(1));
+  for (const BoundOp& op : ops) {
+    if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) &&
+        op.count > 0) {
+      if (absl::Status s = ReachPeer(op.peer, deadline); !s.ok()) return s;
+    }
+  }
+  const std::string what =
+      absl::StrCat("nccl batch of ", ops.size(), " ops from seq ",
+                   ops.front().seq, " at rank ", rank_, "/", size_);
+  auto enqueue_all = [&]() -> absl::Status {
+    if (options.aggregate) {
+      if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) {
+        return nccl::NcclErrorStatus(r, "ncclGroupStart", __FILE__, __LINE__,
+                                     nullptr);
+      }
+    }
+    absl::Status status;
+    for (size_t i = 0; i < ops.size() && status.ok(); ++i) {
+      status = Enqueue(ops[i], dtypes[i]);
+    }
+    if (options.aggregate) {
+      const ncclResult_t r = ncclGroupEnd();
+      if (status.ok() && r != ncclSuccess) {
+        status = nccl::NcclErrorStatus(r, "ncclGroupEnd", __FILE__, __LINE__,
+                                       ncclGetLastError(data_.comm));
+      }
+    }
+    return status;
+  };
+  if (options.graph_launches <= 0) return Handle(what, enqueue_all);
+
+  // Captured once, then launched `graph_launches` times between the
+  // handle's events, as nccl-tests' -G does.
+  auto graph = std::make_unique<GraphHolder>();
+  absl::Status captured;
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (aborted_) {
+      return absl::FailedPreconditionError(
+          "the NCCL communicator was aborted by an earlier error");
+    }
+    CCL_CUDA_RETURN_IF_ERROR(
+        cudaStreamBeginCapture(data_.stream, cudaStreamCaptureModeThreadLocal));
+    captured = enqueue_all();
+    const cudaError_t end = cudaStreamEndCapture(data_.stream, &graph->graph);
+    if (captured.ok() && end != cudaSuccess) {
+      captured = cuda::CudaErrorStatus(end, "cudaStreamEndCapture", __FILE__,
+                                       __LINE__);
+    }
+    if (captured.ok()) {
+      if (cudaError_t e = cudaGraphInstantiate(&graph->exec, graph->graph, 0);
+          e != cudaSuccess) {
+        captured = cuda::CudaErrorStatus(e, "cudaGraphInstantiate", __FILE__,
+                                         __LINE__);
+      }
+    }
+  }
+  if (!captured.ok()) {
+    return absl::Status(
+        captured.code(),
+        absl::StrCat(what, ": capturing a CUDA graph: ", captured.message()));
+  }
+  cudaGraphExec_t exec = graph->exec;
+  auto launched = Handle(what, [&]() -> absl::Status {
+    for (int i = 0; i < options.graph_launches; ++i) {
+      CCL_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, data_.stream));
+    }
+    return absl::OkStatus();
+  });
+  if (!launched.ok()) return launched.status();
+  return std::unique_ptr<CommWork>(
+      new GraphWork(*std::move(launched), std::move(graph)));
 }
 
 }  // namespace ccl

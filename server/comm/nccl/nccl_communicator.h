@@ -1,9 +1,30 @@
-// The NCCL backend: one non-blocking NCCL communicator and one CUDA stream
-// per group. Launch enqueues the op on the stream between two CUDA events
-// and returns a handle on them; the handle polls the stop event and the
-// communicator's async error (never blocking in NCCL or CUDA), and aborts
-// the communicator when an op times out. After an abort or an async error
-// the communicator is poisoned and Health says why.
+// The NCCL backend. One group is three NCCL communicators on one device, each
+// with its own stream, because NCCL makes us choose per communicator between
+// an enqueue that can be interrupted and one that is fast:
+//
+//   control  non-blocking. Created first, bounded by the rendezvous timeout
+//            and abortable at any point; the parent of every split (the two
+//            lanes below, subgroups) and the carrier of the point-to-point
+//            agreement exchange, whose first use with a peer connects them.
+//   data     blocking, split from control: every collective and send/recv
+//            the user asked for. A non-blocking communicator starts a thread
+//            for every ncclGroupEnd (NCCL's group.cc), which measured
+//            ~60-70 us per enqueue on 2 x H200 against ~8 us blocking
+//            (bench/nccl_launch_latency); blocking is what makes small ops
+//            as fast as nccl-tests. A blocking call is only safe while it
+//            cannot wait for a peer on the host, so collectives connect when
+//            the lane is made (NCCL_RUNTIME_CONNECT=0) and a peer's first
+//            send/recv on this lane happens only after the control lane saw
+//            that peer take part in the same op.
+//   agree    blocking, one channel: the collective agreement exchange, so
+//            checking op k runs beside op k-1 on the data lane instead of
+//            queueing behind it.
+//
+// Launch enqueues on the data stream between two CUDA events (from a pool)
+// and returns a handle that polls the stop event and the communicators'
+// async errors, never blocking in NCCL or CUDA, and aborts every lane when an
+// op passes its deadline (PyTorch's watchdog, per op). After an abort or an
+// async error the communicator is poisoned and Health says why.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +35,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,9 +48,12 @@ namespace ccl {
 
 class NcclCommunicator final : public Communicator {
  public:
+  using Clock = std::chrono::steady_clock;
+
   // Rank 0 gets a unique id and publishes it in `store` under
   // nccl::UniqueIdKey(prefix); the others wait for it up to `timeout`.
-  // Initialisation (non-blocking) is polled up to `timeout`, then aborted.
+  // Initialisation and the lanes' splits are polled up to `timeout`, then
+  // aborted.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       int rank, int size, int device, const std::string& prefix, KvStore& store,
       std::chrono::milliseconds timeout);
@@ -42,69 +67,91 @@ class NcclCommunicator final : public Communicator {
   absl::Status Health() const override;
   void Abort(const absl::Status& why) override { AbortComm(why); }
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(const BoundOp& op) override;
-  // ncclCommSplit: members get color 0 and their group rank as key.
+  absl::StatusOr<std::unique_ptr<CommWork>> LaunchBatch(
+      const std::vector<BoundOp>& ops, const BatchOptions& options) override;
+  absl::Status AllGatherHost(const void* mine, void* all, size_t bytes,
+                             Clock::time_point deadline) override;
+  absl::Status ExchangeHost(int peer, const void* mine, void* theirs,
+                            size_t bytes, Clock::time_point deadline) override;
+  // ncclCommSplit of the control lane (every rank of this communicator
+  // takes part); members then make their own data and agree lanes.
   absl::StatusOr<std::unique_ptr<Communicator>> Split(
       const std::vector<int>& members, const std::string& name,
       std::chrono::milliseconds timeout) override;
 
-  // For handles: the communicator's async error (ncclInProgress counts as
+  // For handles: the first error of any lane (ncclInProgress counts as
   // fine), poisoning and aborting.
   absl::Status AsyncError();
-  void Poison(absl::Status why);
   void AbortComm(absl::Status why);
   int device() const { return device_; }
 
- private:
-  NcclCommunicator(int rank, int size, int device, ncclComm_t comm,
-                   cudaStream_t stream, void* barrier_buf);
-  // Gives an initialised comm its stream and barrier buffer; aborts the
-  // comm on failure.
-  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Wrap(
-      int rank, int size, int device, ncclComm_t comm);
+  // CUDA events for op handles, reused: creating two per op costs more than
+  // a small op's enqueue.
+  absl::StatusOr<cudaEvent_t> TakeEvent();
+  void ReturnEvent(cudaEvent_t event);
 
-  // ncclCommSplit of this communicator, non-blocking like the parent and
-  // polled up to `timeout`. Members pass color 0 and their group rank as
-  // `key` and get the child; the others pass NCCL_SPLIT_NOCOLOR and get
-  // null.
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> SplitByColor(
-      int color, int key, std::chrono::milliseconds timeout);
-  absl::Status Enqueue(const BoundOp& op, ncclDataType_t dtype,
-                       std::chrono::steady_clock::time_point deadline);
-  // Waits out ncclInProgress of the last call on a non-blocking comm.
-  absl::Status Settle(ncclResult_t result, const char* what,
-                      std::chrono::steady_clock::time_point deadline);
+ private:
+  // One NCCL communicator and its stream.
+  struct Lane {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+
+  NcclCommunicator(int rank, int size, int device, Lane control, Lane data,
+                   Lane agree, void* scratch64);
+  // Splits `parent` into the data and agree lanes of a group of `size`, and
+  // wraps the three. Aborts `control` (and whatever it made) on failure.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> FromControl(
+      int rank, int size, int device, ncclComm_t control,
+      std::chrono::milliseconds timeout);
+  // ncclCommSplit of `parent` (non-blocking), polled until parent and child
+  // are ready or `deadline`. Null for a rank with color NCCL_SPLIT_NOCOLOR.
+  static absl::StatusOr<ncclComm_t> SplitComm(ncclComm_t parent, int color,
+                                              int key, ncclConfig_t config,
+                                              Clock::time_point deadline);
+
+  // Enqueues `op` on the data lane. Caller holds comm_mutex_.
+  absl::Status Enqueue(const BoundOp& op, ncclDataType_t dtype);
+  // Makes sure the data lane's first send/recv with `peer` cannot wait for
+  // it on the host: the control lane exchanges a token with it first.
+  absl::Status ReachPeer(int peer, Clock::time_point deadline);
+  // The exchange of ExchangeHost on the control lane, and of AllGatherHost
+  // on the agree lane: copies in, NCCL call(s), copies out, waited for on an
+  // event without holding comm_mutex_ so an abort can interrupt it.
+  absl::Status ExchangeOn(Lane& lane, bool p2p, int peer, const void* mine,
+                          void* out, size_t bytes, Clock::time_point deadline);
   absl::StatusOr<void*> Scratch(size_t bytes);
-  // Ranks exchange op fingerprints (an all_gather of 32 bytes, or a
-  // send/recv pair for point to point) and compare them on the host before
-  // the op is enqueued: different collectives at one seq would otherwise
-  // hang inside NCCL, and mismatched sizes would corrupt memory.
-  // INVALID_ARGUMENT on a mismatch (nothing enqueued, the communicator
-  // stays usable); DEADLINE_EXCEEDED, with the communicator aborted, when a
-  // rank never arrives.
-  absl::Status Agree(const BoundOp& op,
-                     std::chrono::steady_clock::time_point deadline);
-  // Waits (polling) up to `limit` for the stream's work to finish.
+  absl::StatusOr<std::unique_ptr<CommWork>> Handle(
+      const std::string& what, const std::function<absl::Status()>& enqueue);
+  void Poison(absl::Status why);
+  // Waits (polling) up to `limit` for the data stream's work to finish.
   void DrainStream(std::chrono::milliseconds limit);
 
   const int rank_;
   const int size_;
   const int device_;
-  ncclComm_t comm_;
-  cudaStream_t stream_;
+  Lane control_;
+  Lane data_;
+  Lane agree_;
+  // 64 device bytes for barriers.
   void* barrier_buf_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  // Agreement buffers, made on first use: size_ + 1 fingerprints each
-  // (everyone's, then this rank's own as the source).
-  void* agree_device_ = nullptr;
-  void* agree_host_ = nullptr;  // pinned
-  cudaEvent_t agree_done_ = nullptr;
+  // Exchange buffers, grown on demand: device and pinned host.
+  void* exchange_device_ = nullptr;
+  void* exchange_host_ = nullptr;
+  size_t exchange_bytes_ = 0;
+  cudaEvent_t exchange_done_ = nullptr;
+  // Peers the data lane has a send/recv connection with.
+  std::set<int> reached_peers_;
 
-  // Serialises NCCL calls on comm_ with its abort.
+  // Serialises NCCL calls on every lane with their abort.
   std::mutex comm_mutex_;
   std::atomic<bool> aborted_{false};
   mutable std::mutex mutex_;
   absl::Status broken_;
+  std::mutex events_mutex_;
+  std::vector<cudaEvent_t> free_events_;
 };
 
 }  // namespace ccl

@@ -1,0 +1,1070 @@
+"""The client: torch.distributed's calls, run on a standing cluster.
+
+A Client finds the workers through the coordinator, takes one sequence
+number per op from it (so that any number of clients can drive one cluster
+without the ranks disagreeing on the order) and sends the op to every rank
+of the group at once. Ranks given to and reported by the client (src, dst,
+the keys of per-rank results) are world ranks, as torch's global ranks,
+whatever the group.
+"""
+
+import datetime
+import enum
+import itertools
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+
+from ccl import _dtypes
+from ccl._channels import Security, resolve_coordinator
+from ccl._errors import CclError, combine, from_rpc_error, invalid
+from ccl.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from ccl.v1 import worker_pb2, worker_pb2_grpc
+
+# Between an op's own deadline and its RPC's, so that the worker's clear
+# error arrives before the RPC gives up (ccctl uses the same margin).
+RPC_MARGIN_S = 5.0
+WRITE_CHUNK_BYTES = 1 << 20
+_names = itertools.count()
+
+
+class ReduceOp(enum.IntEnum):
+    """torch.distributed.ReduceOp's names. PREMUL_SUM multiplies each
+    rank's input by `scale` before the sum (give scale= to the op, or use
+    premul_sum(scale))."""
+
+    SUM = common_pb2.REDUCE_OP_SUM
+    PRODUCT = common_pb2.REDUCE_OP_PROD
+    MIN = common_pb2.REDUCE_OP_MIN
+    MAX = common_pb2.REDUCE_OP_MAX
+    AVG = common_pb2.REDUCE_OP_AVG
+    PREMUL_SUM = common_pb2.REDUCE_OP_PREMUL_SUM
+
+
+class _PremulSum:
+    def __init__(self, scale):
+        self.scale = float(scale)
+
+    def __repr__(self):
+        return f"premul_sum({self.scale})"
+
+
+def premul_sum(scale):
+    """A PREMUL_SUM reduction with its factor, for op=."""
+    return _PremulSum(scale)
+
+
+_REDUCE_NAMES = {"sum": ReduceOp.SUM, "prod": ReduceOp.PRODUCT,
+                 "product": ReduceOp.PRODUCT, "min": ReduceOp.MIN,
+                 "max": ReduceOp.MAX, "avg": ReduceOp.AVG,
+                 "premul_sum": ReduceOp.PREMUL_SUM}
+
+
+def _reduce(op, scale):
+    if isinstance(op, _PremulSum):
+        return ReduceOp.PREMUL_SUM, op.scale
+    if isinstance(op, str):
+        if op.lower() not in _REDUCE_NAMES:
+            raise invalid(f"unknown reduce op '{op}'; expected one of "
+                          f"{', '.join(_REDUCE_NAMES)}")
+        op = _REDUCE_NAMES[op.lower()]
+    try:
+        op = ReduceOp(op)
+    except ValueError:
+        raise invalid(f"unknown reduce op {op!r}") from None
+    if scale is not None and op != ReduceOp.PREMUL_SUM:
+        raise invalid("scale= is for ReduceOp.PREMUL_SUM")
+    return op, 1.0 if scale is None else float(scale)
+
+
+def _seconds(timeout, default):
+    if timeout is None:
+        return default
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    timeout = float(timeout)
+    if timeout <= 0:
+        raise invalid(f"timeout must be positive, got {timeout}")
+    return timeout
+
+
+_FILLS = {
+    "zeros": worker_pb2.FILL_KIND_ZEROS,
+    "ones": worker_pb2.FILL_KIND_ONES,
+    "constant": worker_pb2.FILL_KIND_CONSTANT,
+    "rank": worker_pb2.FILL_KIND_RANK,
+    "rank+1": worker_pb2.FILL_KIND_RANK_PLUS_ONE,
+    "arange": worker_pb2.FILL_KIND_ARANGE,
+    "arange+rank": worker_pb2.FILL_KIND_ARANGE_PLUS_RANK,
+    "random": worker_pb2.FILL_KIND_RANDOM,
+    "affine": worker_pb2.FILL_KIND_AFFINE,
+    "empty": worker_pb2.FILL_KIND_UNINITIALIZED,
+}
+_STATE_NAMES = {
+    worker_pb2.WORK_STATE_QUEUED: "queued",
+    worker_pb2.WORK_STATE_RUNNING: "running",
+    worker_pb2.WORK_STATE_COMPLETED: "completed",
+    worker_pb2.WORK_STATE_FAILED: "failed",
+}
+
+
+def _timing(t):
+    return {"enqueued_unix_us": t.enqueued_unix_us, "queue_us": t.queue_us,
+            "device_us": t.device_us, "total_us": t.total_us}
+
+
+class Group:
+    """A group of world ranks (the world, or one made by new_group)."""
+
+    def __init__(self, name, ranks):
+        self.name = name
+        self.ranks = tuple(int(r) for r in ranks)
+
+    @property
+    def size(self):
+        return len(self.ranks)
+
+    def group_rank(self, world_rank, what="rank"):
+        if world_rank not in self.ranks:
+            raise invalid(
+                f"{what}: rank {world_rank} is not a member of group "
+                f"'{self.name}' (world ranks "
+                f"{','.join(map(str, self.ranks))})")
+        return self.ranks.index(world_rank)
+
+    def __eq__(self, other):
+        return (isinstance(other, Group) and other.name == self.name
+                and other.ranks == self.ranks)
+
+    def __hash__(self):
+        return hash((self.name, self.ranks))
+
+    def __repr__(self):
+        return f"Group({self.name!r}, ranks={list(self.ranks)})"
+
+
+class Work:
+    """An op on every rank of its group: what async_op=True returns (and,
+    already complete, what a sync op returns). wait() completes it or
+    raises CclError; is_completed() polls without blocking."""
+
+    def __init__(self, client, kind, group, seq, responses, is_async):
+        self._client = client
+        self.kind = kind
+        self.group = group
+        self.seq = seq
+        self.ranks = tuple(sorted(responses))
+        self.work_ids = {r: resp.work_id for r, resp in responses.items()}
+        self._timings = {r: _timing(resp.timing)
+                         for r, resp in responses.items()}
+        self._done = not is_async
+        self._error = None
+        # Ranks whose part may still be running. A worker forgets a work
+        # once a wait saw it succeed, so those are not asked again.
+        self._pending = set() if self._done else set(self.ranks)
+
+    def _settle(self, failures):
+        if failures:
+            self._done, self._error = True, combine(failures)
+        elif not self._pending:
+            self._done = True
+
+    def wait(self, timeout=None):
+        """Blocks until the op is complete on every rank (at most `timeout`
+        seconds, default the client's); raises CclError if it failed."""
+        if self._done:
+            if self._error:
+                raise self._error
+            return True
+        seconds = _seconds(timeout, self._client.timeout)
+        futures = {}
+        for rank in sorted(self._pending):
+            request = worker_pb2.WaitRequest(work_id=self.work_ids[rank],
+                                             timeout_ms=int(seconds * 1000))
+            futures[rank] = self._client._worker(rank).Wait.future(
+                request, timeout=seconds + RPC_MARGIN_S)
+        failures, running = {}, {}
+        for rank, future in futures.items():
+            try:
+                status = future.result()
+                self._timings[rank] = _timing(status.timing)
+                self._pending.discard(rank)
+            except grpc.RpcError as e:
+                error = from_rpc_error(e, rank)
+                # A wait that ran out of time leaves the op running: it may
+                # be waited for again. Anything else is the op's failure.
+                (running if _still_running(error) else failures)[rank] = error
+        if failures:
+            self._settle(failures)
+            raise self._error
+        if running:
+            raise combine(running)
+        self._settle({})
+        return True
+
+    def is_completed(self):
+        """True once the op finished (or failed) on every rank."""
+        if self._done:
+            return True
+        futures = {
+            rank: self._client._worker(rank).Test.future(
+                worker_pb2.TestRequest(work_id=self.work_ids[rank]),
+                timeout=self._client.timeout)
+            for rank in sorted(self._pending)
+        }
+        failures = {}
+        for rank, future in futures.items():
+            try:
+                status = future.result()
+            except grpc.RpcError as e:
+                failures[rank] = from_rpc_error(e, rank)
+                continue
+            self._timings[rank] = _timing(status.timing)
+            if status.state == worker_pb2.WORK_STATE_FAILED:
+                failures[rank] = CclError(_status_code(status.error_code),
+                                          status.error_message, rank=rank)
+            elif status.state == worker_pb2.WORK_STATE_COMPLETED:
+                self._pending.discard(rank)
+        if failures:
+            # Done only once no rank can still be running: a failed part
+            # ends the op on the others within their own deadline.
+            if len(failures) == len(self._pending):
+                self._settle(failures)
+            return self._done
+        self._settle({})
+        return self._done
+
+    def is_success(self):
+        return self.is_completed() and self._error is None
+
+    def exception(self):
+        """The CclError once it failed, else None."""
+        return self._error
+
+    @property
+    def timings(self):
+        """Per rank: enqueued_unix_us, queue_us, device_us, total_us, as the
+        worker measured them (final once the op completed)."""
+        return dict(self._timings)
+
+    def __repr__(self):
+        state = "pending" if not self._done else (
+            "failed" if self._error else "completed")
+        return (f"Work({self.kind}, group={self.group!r}, seq={self.seq}, "
+                f"{state})")
+
+
+def _still_running(error):
+    return error.code == grpc.StatusCode.DEADLINE_EXCEEDED and (
+        "still running" in error.details
+        or error.details == "Deadline Exceeded")
+
+
+def _status_code(number):
+    """grpc.StatusCode of a google.rpc.Code number."""
+    for code in grpc.StatusCode:
+        if code.value[0] == number:
+            return code
+    return grpc.StatusCode.UNKNOWN
+
+
+class Tensor:
+    """A named tensor living on the workers (one per rank in `ranks`, each
+    of `shape` and `dtype`). `with` frees it at the end of the block."""
+
+    def __init__(self, client, name, shape, dtype, ranks):
+        self._client = client
+        self.name = name
+        self.shape = tuple(int(s) for s in shape)
+        self._dtype = _dtypes.resolve(dtype)
+        self.ranks = tuple(ranks)
+        self.freed = False
+
+    @property
+    def dtype(self):
+        """The dtype's name ("float32", "bfloat16", ...)."""
+        return self._dtype.name
+
+    @property
+    def numel(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self):
+        return self.numel * self._dtype.itemsize
+
+    def _ranks(self, rank):
+        if self.freed:
+            raise invalid(f"tensor '{self.name}' was freed")
+        if rank is None:
+            return list(self.ranks)
+        ranks = [rank] if isinstance(rank, (int, np.integer)) else list(rank)
+        self._client._check_ranks(ranks)
+        absent = [r for r in ranks if r not in self.ranks]
+        if absent:
+            raise invalid(f"tensor '{self.name}' is not on rank(s) {absent} "
+                          f"(it is on {list(self.ranks)})")
+        return ranks
+
+    def read(self, rank=None, *, raw=False):
+        """Rank `rank`'s values as a numpy array of `shape`; without a rank,
+        {rank: array} for every rank that holds it. bfloat16 and fp8 come
+        widened to float32, or as their bits (uint16/uint8) with raw=True."""
+        ranks = self._ranks(rank)
+        raw_bytes = self._client._map(
+            ranks, lambda r: self._client._read(r, self.name))
+        arrays = {}
+        for r, data in raw_bytes.items():
+            if len(data) != self.nbytes:
+                raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"tensor '{self.name}' on rank {r} holds "
+                               f"{len(data)} bytes, not {self.nbytes} "
+                               f"({self.dtype} {list(self.shape)}): it was "
+                               f"replaced behind this handle", rank=r)
+            arrays[r] = _dtypes.from_bytes(self._dtype, data, self.shape,
+                                           widen=not raw)
+        return arrays[rank] if isinstance(rank, int) else arrays
+
+    numpy = read
+
+    def write(self, data, rank=None):
+        """Writes `data` (anything numpy takes, of `shape`): into every rank
+        (or `rank`, an int or a list), or per rank from a callable
+        rank -> data or a dict {rank: data}."""
+        if isinstance(data, dict) and rank is None:
+            rank = sorted(data)
+        per_rank = self._client._per_rank(data, self._ranks(rank))
+        payloads = {}
+        for r, value in per_rank.items():
+            array = np.asarray(value)
+            if array.size != self.numel:
+                raise invalid(
+                    f"writing {array.size} elements (shape "
+                    f"{list(array.shape)}) into tensor '{self.name}' of "
+                    f"shape {list(self.shape)} on rank {r}")
+            payloads[r] = _dtypes.to_bytes(self._dtype, array)
+        self._client._map(
+            list(payloads),
+            lambda r: self._client._write(r, self.name, payloads[r]))
+        return self
+
+    def summary(self, rank, head=8):
+        """The worker's summary: sum, min, max, nan_count, checksum (FNV-1a
+        of the bytes) and the first `head` values."""
+        s = self._client._call(
+            rank, "SummarizeTensor",
+            worker_pb2.SummarizeTensorRequest(name=self.name, head=head))
+        return {"sum": s.sum, "min": s.min, "max": s.max,
+                "nan_count": s.nan_count, "checksum": s.checksum,
+                "head": list(s.head)}
+
+    def free(self):
+        """Frees it on every rank that holds it (once; later calls do
+        nothing)."""
+        if self.freed:
+            return
+        self._client._free(self.name, self.ranks)
+        self.freed = True
+        self._client._forget(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+        return False
+
+    def __repr__(self):
+        where = "freed" if self.freed else f"ranks={list(self.ranks)}"
+        return (f"Tensor({self.name!r}, shape={list(self.shape)}, "
+                f"dtype={self.dtype}, {where})")
+
+
+class Client:
+    """A connection to one cluster. See connect()."""
+
+    def __init__(self, coordinator=None, *, timeout=30.0, group=None,
+                 tls_ca=None, tls_cert=None, tls_key=None,
+                 tls_server_name=None, token=None, token_file=None):
+        self.timeout = _seconds(timeout, 30.0)
+        self.coordinator = resolve_coordinator(coordinator)
+        self._security = Security(tls_ca, tls_cert, tls_key, tls_server_name,
+                                  token, token_file)
+        self._lock = threading.Lock()
+        self._workers = {}
+        self._tensors = {}
+        self._pool = None
+        self._closed = False
+        self._prefix = f"py.{os.getpid()}."
+        self._coord_channel = self._security.channel(self.coordinator)
+        self._coord = coordinator_pb2_grpc.CoordinatorStub(self._coord_channel)
+        try:
+            self._world = self._get_world()
+        except CclError:
+            self._coord_channel.close()
+            raise
+        self._default_group = Group("world", self._world_ranks())
+        if group is not None and group != "world":
+            self._default_group = self.get_group(group)
+
+    # -- the world ---------------------------------------------------------
+
+    def _get_world(self):
+        try:
+            return self._coord.GetWorld(coordinator_pb2.GetWorldRequest(),
+                                        timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, prefix=f"coordinator {self.coordinator}: "
+                                 ) from None
+
+    def _world_ranks(self):
+        return [m.rank for m in self._world.members]
+
+    @property
+    def world_size(self):
+        return self._world.world_size
+
+    def get_world_size(self, group=None):
+        """torch's get_world_size: the size of `group` (default: the
+        client's group, the world unless connect(group=) said otherwise)."""
+        return self._group(group).size
+
+    @property
+    def generation(self):
+        return self._world.generation
+
+    @property
+    def members(self):
+        """Per world rank: address, host, device ("cpu", "cuda:0"), state."""
+        out = {}
+        for m in self._world.members:
+            kind = "cuda" if m.device.kind == common_pb2.DEVICE_KIND_CUDA \
+                else "cpu"
+            out[m.rank] = {
+                "address": m.address, "host": m.host,
+                "device": f"cuda:{m.device.index}" if kind == "cuda" else "cpu",
+                "state": coordinator_pb2.MemberState.Name(m.state)
+                .removeprefix("MEMBER_STATE_").lower()}
+        return out
+
+    def refresh(self):
+        """Reads the world again from the coordinator (after a re-form: new
+        generation, maybe new worker addresses)."""
+        self._world = self._get_world()
+        if self._default_group.name == "world":
+            self._default_group = Group("world", self._world_ranks())
+        return self
+
+    def wait_ready(self, timeout=60.0, min_generation=0):
+        """Until the world is complete at a generation >= `min_generation`
+        and every worker is ready in it (after a failure the world re-forms
+        by itself), at most `timeout` seconds; then refresh()."""
+        seconds = _seconds(timeout, 60.0)
+        deadline = time.monotonic() + seconds
+        last = "not asked yet"
+        while True:
+            try:
+                world = self._get_world()
+                if world.state != coordinator_pb2.WORLD_STATE_COMPLETE:
+                    last = (f"world is "
+                            f"{coordinator_pb2.WorldState.Name(world.state)}")
+                elif world.generation < min_generation:
+                    last = (f"world is at generation {world.generation}, "
+                            f"waiting for {min_generation}")
+                else:
+                    self._world = world
+                    infos = self._map(self._world_ranks(), self.info,
+                                      raise_errors=False)
+                    waiting = [
+                        str(i) if isinstance(i, CclError) else
+                        f"rank {r} is {i.state} in generation {i.generation}"
+                        for r, i in infos.items()
+                        if isinstance(i, CclError) or i.state != "ready"
+                        or i.generation != world.generation]
+                    if not waiting:
+                        return self.refresh()
+                    last = "; ".join(waiting)
+            except CclError as e:
+                last = str(e)
+            if time.monotonic() >= deadline:
+                raise CclError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"cluster not ready within {seconds} s: {last}")
+            time.sleep(0.05)
+
+    def info(self, rank):
+        """The worker's GetInfo reply (rank, generation, device, state,
+        groups, tensor counts)."""
+        return self._call(rank, "GetInfo", worker_pb2.GetInfoRequest())
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _worker(self, rank):
+        if self._closed:
+            raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this client is closed; connect again")
+        address = None
+        for m in self._world.members:
+            if m.rank == rank:
+                address = m.address
+        if address is None:
+            raise invalid(f"rank {rank} is out of range; the world has "
+                          f"{self.world_size} ranks (0..{self.world_size - 1})")
+        with self._lock:
+            entry = self._workers.get(rank)
+            if entry is None or entry[0] != address:
+                if entry is not None:
+                    entry[1].close()
+                channel = self._security.channel(address)
+                entry = (address, channel, worker_pb2_grpc.WorkerStub(channel))
+                self._workers[rank] = entry
+            return entry[2]
+
+    def _check_ranks(self, ranks):
+        for r in ranks:
+            if not isinstance(r, (int, np.integer)) or not (
+                    0 <= r < self.world_size):
+                raise invalid(f"rank {r} is out of range; the world has "
+                              f"{self.world_size} ranks "
+                              f"(0..{self.world_size - 1})")
+
+    def _call(self, rank, method, request, timeout=None):
+        try:
+            return getattr(self._worker(rank), method)(
+                request, timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, rank) from None
+
+    def _map(self, ranks, fn, raise_errors=True):
+        """fn(rank) for every rank in parallel: {rank: result}; raises the
+        combined CclError of the ranks that failed (or, with
+        raise_errors=False, puts each CclError in the result)."""
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        max_workers=min(64, max(4, self.world_size)),
+                        thread_name_prefix="ccl")
+        futures = {r: self._pool.submit(fn, r) for r in ranks}
+        results, failures = {}, {}
+        for r, f in futures.items():
+            try:
+                results[r] = f.result()
+            except CclError as e:
+                failures[r] = e
+                results[r] = e
+        if failures and raise_errors:
+            raise combine(failures)
+        return results
+
+    def _unary_all(self, method, requests, timeout):
+        """One unary call per rank, concurrently: {rank: reply}; raises the
+        combined CclError of the failed ranks. Blocking calls on the pool's
+        standing threads: a grpc future starts a polling thread per call
+        when its channel is idle, which costs more CPU per op."""
+
+        def call(rank):
+            try:
+                return getattr(self._worker(rank), method)(requests[rank],
+                                                           timeout=timeout)
+            except grpc.RpcError as e:
+                raise from_rpc_error(e, rank) from None
+
+        return self._map(list(requests), call)
+
+    def _per_rank(self, data, ranks):
+        if callable(data):
+            return {r: data(r) for r in ranks}
+        if isinstance(data, dict):
+            missing = [r for r in ranks if r not in data]
+            if missing:
+                raise invalid(f"no data for rank(s) {missing}")
+            return {r: data[r] for r in ranks}
+        return {r: data for r in ranks}
+
+    def _read(self, rank, name):
+        request = worker_pb2.ReadTensorRequest(name=name)
+        try:
+            chunks = self._worker(rank).ReadTensor(request,
+                                                   timeout=self.timeout)
+            return b"".join(c.data for c in chunks)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, rank) from None
+
+    def _write(self, rank, name, payload):
+        def chunks():
+            offset = 0
+            while True:
+                piece = payload[offset:offset + WRITE_CHUNK_BYTES]
+                yield worker_pb2.WriteTensorChunk(
+                    name=name if offset == 0 else "", offset_bytes=offset,
+                    data=piece)
+                offset += len(piece)
+                if offset >= len(payload):
+                    return
+
+        try:
+            return self._worker(rank).WriteTensor(chunks(),
+                                                  timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, rank) from None
+
+    def _free(self, name, ranks):
+        requests = {r: worker_pb2.FreeTensorRequest(name=name) for r in ranks}
+        self._unary_all("FreeTensor", requests, self.timeout)
+
+    def _forget(self, tensor):
+        with self._lock:
+            self._tensors.pop(tensor.name, None)
+
+    def _new_name(self, name):
+        return name if name else f"{self._prefix}{next(_names)}"
+
+    # -- tensors -----------------------------------------------------------
+
+    def tensor(self, shape, dtype="float32", fill="zeros", *, name=None,
+               ranks=None, value=0.0, rank_scale=0.0, step=0.0, seed=0):
+        """Allocates a tensor of `shape` on every rank (or `ranks`), on each
+        worker's own device, filled on the worker: "zeros", "ones",
+        "constant" (value), "rank", "rank+1", "arange", "arange+rank",
+        "random" (uniform [0, 1) from seed and rank), "affine" (value +
+        rank*rank_scale + i*step) or "empty" (uninitialised). A name is
+        made up when not given."""
+        if isinstance(shape, (int, np.integer)):
+            shape = (int(shape),)
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise invalid(f"shape {list(shape)} has a negative dimension")
+        d = _dtypes.resolve(dtype)
+        if fill not in _FILLS:
+            raise invalid(f"unknown fill '{fill}'; expected one of "
+                          f"{', '.join(_FILLS)}")
+        ranks = list(self._world_ranks() if ranks is None else ranks)
+        self._check_ranks(ranks)
+        name = self._new_name(name)
+        devices = {m.rank: m.device for m in self._world.members}
+        requests = {
+            r: worker_pb2.AllocTensorRequest(
+                spec=common_pb2.TensorSpec(name=name, dtype=d.proto,
+                                           shape=shape, device=devices[r]),
+                fill=worker_pb2.Fill(kind=_FILLS[fill], value=value,
+                                     rank_scale=rank_scale, step=step,
+                                     seed=seed))
+            for r in ranks}
+        futures = {r: self._worker(r).AllocTensor.future(
+            req, timeout=self.timeout) for r, req in requests.items()}
+        made, failures = [], {}
+        for r, f in futures.items():
+            try:
+                f.result()
+                made.append(r)
+            except grpc.RpcError as e:
+                failures[r] = from_rpc_error(
+                    e, r, prefix=f"allocating '{name}': ")
+        if failures:
+            # All or nothing: what did get made is freed again.
+            if made:
+                try:
+                    self._free(name, made)
+                except CclError:
+                    pass
+            raise combine(failures)
+        t = Tensor(self, name, shape, d, ranks)
+        with self._lock:
+            self._tensors[name] = t
+        return t
+
+    def empty(self, shape, dtype="float32", **kw):
+        return self.tensor(shape, dtype, "empty", **kw)
+
+    def zeros(self, shape, dtype="float32", **kw):
+        return self.tensor(shape, dtype, "zeros", **kw)
+
+    def ones(self, shape, dtype="float32", **kw):
+        return self.tensor(shape, dtype, "ones", **kw)
+
+    def full(self, shape, value, dtype="float32", **kw):
+        return self.tensor(shape, dtype, "constant", value=value, **kw)
+
+    def from_numpy(self, data, dtype=None, *, name=None, ranks=None):
+        """A tensor holding `data` on every rank (or `ranks`); per rank from
+        a callable rank -> data or a dict {rank: data}. Every rank's data
+        must have one shape. dtype defaults to the data's numpy dtype (so a
+        list of floats becomes float64, as numpy has it)."""
+        if isinstance(data, dict) and ranks is None:
+            ranks = sorted(data)
+        ranks = list(self._world_ranks() if ranks is None else ranks)
+        self._check_ranks(ranks)
+        arrays = {r: np.asarray(v)
+                  for r, v in self._per_rank(data, ranks).items()}
+        shapes = {a.shape for a in arrays.values()}
+        if len(shapes) != 1:
+            raise invalid(f"per-rank data must have one shape; got "
+                          f"{ {r: list(a.shape) for r, a in arrays.items()} }")
+        first = arrays[ranks[0]]
+        if dtype is None:
+            if first.dtype == np.bool_:
+                first = first.astype(np.uint8)
+            dtype = _dtypes.resolve(first.dtype)
+        t = self.tensor(first.shape, dtype, "empty", name=name, ranks=ranks)
+        try:
+            t.write(arrays)
+        except Exception:
+            t.free()
+            raise
+        return t
+
+    def get_tensor(self, name, ranks=None):
+        """A handle to an existing tensor (made by ccctl, say), from the
+        workers' lists; NOT_FOUND if no rank holds it."""
+        ranks = list(self._world_ranks() if ranks is None else ranks)
+        lists = self._unary_all(
+            "ListTensors",
+            {r: worker_pb2.ListTensorsRequest() for r in ranks}, self.timeout)
+        found = {}
+        for r, reply in lists.items():
+            for info in reply.tensors:
+                if info.spec.name == name:
+                    found[r] = info.spec
+        if not found:
+            raise CclError(grpc.StatusCode.NOT_FOUND,
+                           f"no tensor named '{name}' on ranks {ranks}")
+        spec = found[min(found)]
+        return Tensor(self, name, list(spec.shape),
+                      _dtypes.from_proto(spec.dtype), sorted(found))
+
+    def list_tensors(self, rank):
+        """[(name, dtype, shape)] of the tensors on `rank`."""
+        reply = self._call(rank, "ListTensors", worker_pb2.ListTensorsRequest())
+        return [(t.spec.name, _dtypes.from_proto(t.spec.dtype).name,
+                 tuple(t.spec.shape)) for t in reply.tensors]
+
+    # -- groups ------------------------------------------------------------
+
+    def _group(self, group):
+        if group is None:
+            return self._default_group
+        if isinstance(group, Group):
+            return group
+        if group == "world":
+            return Group("world", self._world_ranks())
+        return self.get_group(group)
+
+    def groups(self):
+        """Every group the workers know, world first."""
+        infos = self._map(self._world_ranks(), self.info, raise_errors=False)
+        seen = {}
+        for r in sorted(infos):
+            if isinstance(infos[r], CclError):
+                continue
+            for g in infos[r].groups:
+                seen.setdefault(g.name, Group(g.name, g.ranks))
+        if not seen:
+            errors = [i for i in infos.values() if isinstance(i, CclError)]
+            if errors:
+                raise errors[0]
+        return sorted(seen.values(), key=lambda g: (g.name != "world", g.name))
+
+    def get_group(self, name):
+        for g in self.groups():
+            if g.name == name:
+                return g
+        raise CclError(grpc.StatusCode.NOT_FOUND,
+                       f"no group named '{name}' in the cluster")
+
+    def new_group(self, ranks=None, name=None, timeout=None):
+        """torch's new_group: a subgroup of the world ranks `ranks` (all when
+        None), made on every rank of the world at one world seq."""
+        ranks = list(self._world_ranks() if ranks is None else ranks)
+        self._check_ranks(ranks)
+        if len(set(ranks)) != len(ranks):
+            raise invalid(f"ranks {ranks} repeat a rank")
+        name = name or f"{self._prefix}g{next(_names)}"
+        seconds = _seconds(timeout, self.timeout)
+        seq, generation = self._reserve("world")
+        request = worker_pb2.CreateGroupRequest(name=name, ranks=ranks,
+                                                seq=seq)
+        self._unary_all("CreateGroup",
+                        {r: request for r in self._world_ranks()},
+                        seconds + RPC_MARGIN_S)
+        return Group(name, ranks)
+
+    # -- ops ---------------------------------------------------------------
+
+    def _reserve(self, group_name):
+        """The next seq of a group, in the coordinator's current generation
+        (refreshing the world when it moved on)."""
+        if self._closed:
+            raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
+                           "this client is closed; connect again")
+        request = coordinator_pb2.ReserveSequenceRequest(
+            generation=0, group=group_name, count=1)
+        try:
+            reply = self._coord.ReserveSequence(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, prefix=f"coordinator {self.coordinator}: "
+                                 ) from None
+        if reply.generation != self._world.generation:
+            self.refresh()
+        return reply.first, reply.generation
+
+    def _submit(self, kind, group, per_rank, async_op, timeout):
+        seconds = _seconds(timeout, self.timeout)
+        seq, generation = self._reserve(group.name)
+        for req in per_rank.values():
+            req.seq, req.group, req.generation = seq, group.name, generation
+            req.timeout_ms = int(seconds * 1000)
+            setattr(req, "async", bool(async_op))
+        replies = self._unary_all("Submit", per_rank, seconds + RPC_MARGIN_S)
+        return Work(self, kind, group.name, seq, replies, async_op)
+
+    def _op(self, kind, name, group, *, input, output=None, root=None,
+            op=ReduceOp.SUM, scale=None, async_op=False, timeout=None):
+        g = self._group(group)
+        reduce_op, premul = _reduce(op, scale)
+        if root is not None:
+            self._check_ranks([root])
+        request = worker_pb2.OpRequest(
+            kind=kind, input=_tensor_name(input),
+            output=_tensor_name(output) if output is not None else "",
+            reduce_op=int(reduce_op), premul_scale=premul,
+            root=g.group_rank(root, "root") if root is not None else 0)
+        per_rank = {r: _copy(request) for r in g.ranks}
+        return self._submit(name, g, per_rank, async_op, timeout)
+
+    def all_reduce(self, tensor, op=ReduceOp.SUM, group=None, async_op=False,
+                   *, scale=None, timeout=None):
+        """Reduces `tensor` over the group; every rank gets the result."""
+        return self._op(worker_pb2.OP_KIND_ALL_REDUCE, "all_reduce", group,
+                        input=tensor, op=op, scale=scale, async_op=async_op,
+                        timeout=timeout)
+
+    def broadcast(self, tensor, src, group=None, async_op=False, *,
+                  timeout=None):
+        """Copies world rank `src`'s tensor into every rank's."""
+        return self._op(worker_pb2.OP_KIND_BROADCAST, "broadcast", group,
+                        input=tensor, root=src, async_op=async_op,
+                        timeout=timeout)
+
+    def reduce(self, tensor, dst, op=ReduceOp.SUM, group=None, async_op=False,
+               *, scale=None, timeout=None):
+        """Reduces onto world rank `dst` (the others' tensors are left as
+        the backend leaves them)."""
+        return self._op(worker_pb2.OP_KIND_REDUCE, "reduce", group,
+                        input=tensor, root=dst, op=op, scale=scale,
+                        async_op=async_op, timeout=timeout)
+
+    def all_gather(self, output, input, group=None, async_op=False, *,
+                   timeout=None):
+        """Every rank's `input` (n elements) into every rank's `output`
+        (group size x n, rank r's at chunk r): torch's
+        all_gather_into_tensor. A list of tensors is not taken: read
+        output.read(r).reshape(size, n) for the chunks."""
+        _no_list(output, "all_gather", "output")
+        return self._op(worker_pb2.OP_KIND_ALL_GATHER, "all_gather", group,
+                        input=input, output=output, async_op=async_op,
+                        timeout=timeout)
+
+    all_gather_into_tensor = all_gather
+
+    def reduce_scatter(self, output, input, op=ReduceOp.SUM, group=None,
+                       async_op=False, *, scale=None, timeout=None):
+        """Reduces `input` (group size x n) over the group; rank r keeps
+        chunk r in `output` (n): torch's reduce_scatter_tensor."""
+        _no_list(input, "reduce_scatter", "input")
+        return self._op(worker_pb2.OP_KIND_REDUCE_SCATTER, "reduce_scatter",
+                        group, input=input, output=output, op=op, scale=scale,
+                        async_op=async_op, timeout=timeout)
+
+    reduce_scatter_tensor = reduce_scatter
+
+    def gather(self, tensor, gather_list=None, dst=0, group=None,
+               async_op=False, *, timeout=None):
+        """Every rank's `tensor` (n) into `gather_list` on world rank `dst`:
+        one tensor of group size x n that need only exist on dst."""
+        if gather_list is None:
+            raise invalid("gather needs gather_list: one tensor of group size "
+                          "x n elements on dst")
+        _no_list(gather_list, "gather", "gather_list")
+        return self._op(worker_pb2.OP_KIND_GATHER, "gather", group,
+                        input=tensor, output=gather_list, root=dst,
+                        async_op=async_op, timeout=timeout)
+
+    def scatter(self, tensor, scatter_list=None, src=0, group=None,
+                async_op=False, *, timeout=None):
+        """Chunk r of `scatter_list` (one tensor of group size x n, needed
+        only on world rank `src`) into rank r's `tensor` (n)."""
+        if scatter_list is None:
+            raise invalid("scatter needs scatter_list: one tensor of group "
+                          "size x n elements on src")
+        _no_list(scatter_list, "scatter", "scatter_list")
+        return self._op(worker_pb2.OP_KIND_SCATTER, "scatter", group,
+                        input=scatter_list, output=tensor, root=src,
+                        async_op=async_op, timeout=timeout)
+
+    def all_to_all(self, output, input, group=None, async_op=False, *,
+                   timeout=None):
+        """Chunk j of rank i's `input` goes to chunk i of rank j's `output`
+        (both group size x n): torch's all_to_all_single with even splits."""
+        _no_list(output, "all_to_all", "output")
+        return self._op(worker_pb2.OP_KIND_ALL_TO_ALL, "all_to_all", group,
+                        input=input, output=output, async_op=async_op,
+                        timeout=timeout)
+
+    all_to_all_single = all_to_all
+
+    def barrier(self, group=None, async_op=False, *, timeout=None):
+        """Returns once every rank of the group reached it."""
+        return self._op(worker_pb2.OP_KIND_BARRIER, "barrier", group,
+                        input="", async_op=async_op, timeout=timeout)
+
+    def _p2p(self, name, group, ops, async_op, timeout):
+        g = self._group(group)
+        per_rank = {}
+        for rank in g.ranks:
+            per_rank[rank] = ops.get(rank) or worker_pb2.OpRequest(
+                kind=worker_pb2.OP_KIND_NOP)
+        return self._submit(name, g, per_rank, async_op, timeout)
+
+    def send(self, tensor, dst, *, src, recv_tensor=None, recv=True,
+             group=None, async_op=False, timeout=None):
+        """Sends `tensor` from world rank `src` to `dst`, and posts the
+        matching recv on `dst` into `recv_tensor` (default: the tensor of the
+        same name there) at the same seq: torch's send on src and recv on
+        dst in one call. recv=False posts the send alone (it then fails
+        after the timeout, as an unmatched send)."""
+        g = self._group(group)
+        self._check_ranks([src, dst])
+        if src == dst:
+            raise invalid("send: src and dst must differ")
+        send = worker_pb2.OpRequest(kind=worker_pb2.OP_KIND_SEND,
+                                    input=_tensor_name(tensor),
+                                    peer=g.group_rank(dst, "dst"))
+        g.group_rank(src, "src")
+        ops = {src: send}
+        if recv:
+            ops[dst] = worker_pb2.OpRequest(
+                kind=worker_pb2.OP_KIND_RECV,
+                input=_tensor_name(recv_tensor if recv_tensor is not None
+                                   else tensor),
+                peer=g.group_rank(src, "src"))
+        return self._p2p("send", g, ops, async_op, timeout)
+
+    def recv(self, tensor, src, *, dst, group=None, async_op=False,
+             timeout=None):
+        """Posts a recv alone on world rank `dst` from `src`, with no send:
+        the tutorial's unmatched recv, which here fails with
+        DEADLINE_EXCEEDED after the timeout instead of hanging. (A matched
+        transfer is one send() call.)"""
+        g = self._group(group)
+        self._check_ranks([src, dst])
+        if src == dst:
+            raise invalid("recv: src and dst must differ")
+        g.group_rank(dst, "dst")
+        ops = {dst: worker_pb2.OpRequest(kind=worker_pb2.OP_KIND_RECV,
+                                         input=_tensor_name(tensor),
+                                         peer=g.group_rank(src, "src"))}
+        return self._p2p("recv", g, ops, async_op, timeout)
+
+    def isend(self, tensor, dst, *, src, recv_tensor=None, recv=True,
+              group=None, timeout=None):
+        """send(..., async_op=True): returns a Work at once."""
+        return self.send(tensor, dst, src=src, recv_tensor=recv_tensor,
+                         recv=recv, group=group, async_op=True,
+                         timeout=timeout)
+
+    def irecv(self, tensor, src, *, dst, group=None, timeout=None):
+        """recv(..., async_op=True)."""
+        return self.recv(tensor, src, dst=dst, group=group, async_op=True,
+                         timeout=timeout)
+
+    # -- flight recorder, bench, trace -------------------------------------
+
+    def op_log(self, rank, group="world", limit=0):
+        """Rank `rank`'s flight recorder of `group` (an OpLog reply)."""
+        return self._call(rank, "GetOpLog", worker_pb2.GetOpLogRequest(
+            group=_group_name(group), limit=limit))
+
+    def bench(self, op="all_reduce", minbytes="32M", maxbytes=None,
+              stepfactor=None, stepbytes=None, iters=20, warmup=5,
+              dtype="float32", reduce_op="sum", root=None, check=False,
+              e2e=False, group=None):
+        """`ccctl bench`'s sweep; returns the document `ccctl -o json bench`
+        prints (op, ranks, type, redop, root, iters, warmup, rows, each row
+        size, count, time_us, algbw, busbw, wrong, in_place, e2e_us,
+        op_min_us, op_max_us; and avg_busbw)."""
+        from ccl import _bench
+        return _bench.run(self, op, minbytes, maxbytes, stepfactor, stepbytes,
+                          iters, warmup, dtype, reduce_op, root, check, e2e,
+                          group)
+
+    def trace(self, path=None, groups=None, limit=0):
+        """Every rank's flight recorder as a Chrome/Perfetto trace (a dict;
+        also written to `path` when given). See docs/python.md."""
+        from ccl import _trace
+        return _trace.collect(self, path, groups, limit)
+
+    # -- lifetime ----------------------------------------------------------
+
+    def close(self):
+        """Frees every tensor this client made and did not free yet, then
+        closes its channels."""
+        if self._closed:
+            return
+        with self._lock:
+            tensors = list(self._tensors.values())
+        for t in tensors:
+            try:
+                t.free()
+            except CclError:
+                pass  # a worker that is gone has nothing left to free
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        with self._lock:
+            for _, channel, _ in self._workers.values():
+                channel.close()
+            self._workers.clear()
+        self._coord_channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return (f"Client({self.coordinator!r}, world_size={self.world_size}, "
+                f"generation={self.generation})")
+
+
+def _tensor_name(t):
+    if isinstance(t, Tensor):
+        if t.freed:
+            raise invalid(f"tensor '{t.name}' was freed")
+        return t.name
+    if isinstance(t, str):
+        return t
+    raise TypeError(f"expected a ccl.Tensor or a tensor name, got "
+                    f"{type(t).__name__}")
+
+
+def _group_name(g):
+    return g.name if isinstance(g, Group) else (g or "world")
+
+
+def _no_list(value, op, what):
+    if isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"{op}: {what} is one tensor of group size x n elements here, "
+            f"not a list (torch's *_into_tensor form)")
+
+
+def _copy(message):
+    out = type(message)()
+    out.CopyFrom(message)
+    return out

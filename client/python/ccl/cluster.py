@@ -1,0 +1,164 @@
+"""A local cluster from Python: one cccoord and N ccworker processes on
+127.0.0.1 with ephemeral ports, for tests, benchmarks and notebooks.
+
+    with ccl.cluster.LocalCluster(workers=2) as cluster:
+        client = ccl.connect(cluster.coordinator)
+
+Binaries come from CCL_BINARY_CCCOORD / CCL_BINARY_CCWORKER (the names
+scripts/gpu-check.sh exports), else PATH. Every process gets SIGKILL when
+the Python process that started it dies (PR_SET_PDEATHSIG), so an
+interrupted test leaves nothing running; stop() ends them with SIGTERM
+first.
+"""
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import grpc
+
+from ccl._errors import CclError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def binary(name):
+    """The path of a project binary: $CCL_BINARY_<NAME>, else PATH."""
+    path = os.environ.get(f"CCL_BINARY_{name.upper()}") or shutil.which(name)
+    if not path or not os.access(path, os.X_OK):
+        raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
+                       f"no {name} binary: set CCL_BINARY_{name.upper()} or put "
+                       f"it on PATH")
+    return path
+
+
+def _die_with_parent():
+    # Runs in the child between fork and exec.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Process:
+    def __init__(self, name, argv, directory, env=None):
+        self.name = name
+        self.log_path = os.path.join(directory, f"{name}.log")
+        self.port_file = os.path.join(directory, f"{name}.port")
+        self._log = open(self.log_path, "wb")
+        self.popen = subprocess.Popen(
+            argv + ["--port-file", self.port_file], stdout=self._log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent, env=env)
+
+    def wait_port(self, deadline):
+        while True:
+            try:
+                with open(self.port_file) as f:
+                    text = f.read().strip()
+                if text.isdigit() and int(text) > 0:
+                    return int(text)
+            except OSError:
+                pass
+            if self.popen.poll() is not None:
+                raise CclError(grpc.StatusCode.UNAVAILABLE,
+                               f"{self.name} exited ({self.popen.returncode}) "
+                               f"before writing its port; log:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise CclError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"{self.name} wrote no port file in time; log:"
+                               f"\n{self.log()}")
+            time.sleep(0.02)
+
+    def log(self, tail=4000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")[-tail:]
+        except OSError:
+            return ""
+
+    def stop(self, grace=5.0):
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self._log.close()
+
+    def kill(self):
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+
+class LocalCluster:
+    """`workers` ccworker processes (device "cpu", or "cuda" for cuda:i on
+    worker i) and a cccoord, ready (world complete, every worker ready)
+    when the constructor returns. `client_options` are what the readiness
+    check connects with (TLS files, a token)."""
+
+    def __init__(self, workers=2, device="cpu", worker_args=(),
+                 coordinator_args=(), ready_timeout=60.0, env=None,
+                 client_options=None):
+        self.client_options = dict(client_options or {})
+        self.workers = []
+        self.coordinator = None
+        self._coordinator = None
+        self.directory = tempfile.mkdtemp(prefix="ccl-pycluster-")
+        self._env = None if env is None else {**os.environ, **env}
+        deadline = time.monotonic() + ready_timeout
+        try:
+            self._coordinator = _Process(
+                "cccoord",
+                [binary("cccoord"), "--world-size", str(workers), "--listen",
+                 "127.0.0.1:0", *coordinator_args], self.directory, self._env)
+            port = self._coordinator.wait_port(deadline)
+            self.coordinator = f"127.0.0.1:{port}"
+            for i in range(workers):
+                dev = f"cuda:{i}" if device == "cuda" else device
+                self.workers.append(_Process(
+                    f"ccworker-{i}",
+                    [binary("ccworker"), "--coordinator", self.coordinator,
+                     "--listen", "127.0.0.1:0", "--rank", str(i), "--device",
+                     dev, *worker_args], self.directory, self._env))
+            for w in self.workers:
+                w.wait_port(deadline)
+            self.wait_ready(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop(keep_logs=True)
+            raise
+
+    def wait_ready(self, timeout=60.0):
+        from ccl._client import Client
+        options = {"timeout": 10, **self.client_options}
+        with Client(self.coordinator, **options) as client:
+            client.wait_ready(timeout)
+
+    def logs(self):
+        """Every process's log tail, for a failing test's report."""
+        parts = [f"--- {p.name} ({p.log_path})\n{p.log()}"
+                 for p in [self._coordinator, *self.workers]
+                 if p is not None]
+        return "\n".join(parts)
+
+    def kill_coordinator(self):
+        self._coordinator.kill()
+
+    def stop(self, keep_logs=False):
+        for w in self.workers:
+            w.stop()
+        if self._coordinator is not None:
+            self._coordinator.stop()
+        if not keep_logs:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop(keep_logs=exc[0] is not None)
+        return False

@@ -1,0 +1,173 @@
+"""Failures are CclError exceptions with the gRPC code, the rank and the
+worker's message; nothing waits past the timeout it was given."""
+
+import socket
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+import ccl
+from conftest import WORKERS
+
+RANKS = list(range(WORKERS))
+
+
+def test_unknown_tensor_is_not_found_on_every_rank(client):
+    with pytest.raises(ccl.CclError) as e:
+        client.all_reduce("py-no-such-tensor")
+    err = e.value
+    assert err.code == grpc.StatusCode.NOT_FOUND
+    assert err.rank == 0
+    assert sorted(err.errors) == RANKS
+    assert "py-no-such-tensor" in err.details
+    assert str(err).startswith("NOT_FOUND: rank 0: ")
+    # The refused op took its seq everywhere: the next one runs at once.
+    with client.ones(1) as t:
+        client.all_reduce(t)
+        assert t.read(0)[0] == WORKERS
+
+
+def test_shape_mismatch_across_ranks(client):
+    # Rank 0 holds 4 elements, the others 8: the ranks compare the op
+    # before any data moves and all refuse it.
+    with client.zeros(4, ranks=[0], name="py-mismatch") as small, \
+            client.zeros(8, ranks=RANKS[1:], name="py-mismatch") as big:
+        with pytest.raises(ccl.CclError) as e:
+            client.all_reduce("py-mismatch")
+        err = e.value
+        assert err.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert sorted(err.errors) == RANKS
+        assert "ranks disagree" in err.details
+        assert "4 float32" in err.details and "8 float32" in err.details
+        del small, big
+
+
+def test_bad_input_is_refused_before_any_rpc(client):
+    with pytest.raises(ccl.InvalidArgument):
+        client.tensor(3, "complex128")
+    with pytest.raises(ValueError):  # InvalidArgument is a ValueError too
+        client.tensor(3, fill="sparkles")
+    with pytest.raises(ccl.InvalidArgument) as e:
+        client.broadcast("x", src=WORKERS)
+    assert "out of range" in str(e.value)
+    with client.zeros(3) as t:
+        with pytest.raises(ccl.InvalidArgument) as e:
+            t.write(np.zeros(4))
+        assert "shape [3]" in str(e.value)
+        with pytest.raises(ccl.InvalidArgument):
+            client.all_reduce(t, op="median")
+        with pytest.raises(ccl.InvalidArgument):
+            client.all_reduce(t, op=ccl.ReduceOp.SUM, scale=2.0)
+        with pytest.raises(TypeError):
+            client.all_gather([t, t], t)
+        with pytest.raises(ccl.InvalidArgument):
+            client.send(t, dst=0, src=0)
+    with pytest.raises(ccl.InvalidArgument) as e:
+        t.read(0)
+    with pytest.raises(ccl.InvalidArgument):
+        client.all_reduce(t)  # freed
+
+
+def test_request_limit_names_its_flag(client):
+    with pytest.raises(ccl.CclError) as e:
+        client.zeros((1,) * 9)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "--max-shape-rank" in e.value.details
+
+
+def test_bad_name_is_refused_by_the_worker(client):
+    # The worker's own validation, not the client's.
+    with pytest.raises(ccl.CclError) as e:
+        client.tensor(2, name="bad name with spaces")
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "character" in e.value.details
+
+
+def test_over_quota_names_the_limit():
+    from conftest import start_cluster
+    with start_cluster(worker_args=["--quota-bytes", "4096"]) as cluster:
+        with ccl.Client(cluster.coordinator) as c:
+            with pytest.raises(ccl.CclError) as e:
+                c.zeros(2048)  # 8 KiB of float32
+            assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "quota of 4096 bytes" in e.value.details
+            # Nothing is left half-made on any rank.
+            for r in RANKS:
+                assert c.list_tensors(r) == []
+
+
+def test_lone_recv_times_out_and_the_world_recovers(fresh_cluster):
+    with ccl.Client(fresh_cluster.coordinator, timeout=30) as c:
+        generation = c.generation
+        with c.zeros(3) as t:
+            start = time.monotonic()
+            with pytest.raises(ccl.CclError) as e:
+                c.recv(t, src=0, dst=1, timeout=2)
+            elapsed = time.monotonic() - start
+            err = e.value
+            assert err.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert err.rank == 1
+            assert "no matching send" in err.details
+            # Bounded: the RPC's own deadline is the op's timeout plus the
+            # margin; the slack is for a busy machine, not a speed claim.
+            assert elapsed < 2 + ccl._client.RPC_MARGIN_S + 30
+            # The broken connection makes the world re-form by itself;
+            # tensors stay.
+            c.wait_ready(60, min_generation=generation + 1)
+            assert c.generation > generation
+            t.write(np.ones(3))
+            c.all_reduce(t)
+            np.testing.assert_array_equal(t.read(1), [WORKERS] * 3)
+
+
+def test_async_lone_recv_wait_timeout_then_failure(fresh_cluster):
+    with ccl.Client(fresh_cluster.coordinator, timeout=30) as c:
+        with c.zeros(2) as t:
+            work = c.irecv(t, src=0, dst=1, timeout=3)
+            # A short wait runs out while the op is still pending; the op
+            # itself fails at its own deadline.
+            with pytest.raises(ccl.CclError) as e:
+                work.wait(timeout=0.2)
+            assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "still running" in e.value.details
+            assert work.exception() is None
+            with pytest.raises(ccl.CclError) as e:
+                work.wait(timeout=20)
+            assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "no matching send" in e.value.details
+            assert work.is_completed() and not work.is_success()
+            assert work.exception() is e.value
+
+
+def _closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_coordinator_is_unavailable():
+    address = f"127.0.0.1:{_closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(ccl.CclError) as e:
+        ccl.Client(address, timeout=5)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE
+    assert f"coordinator {address}" in str(e.value)
+    # Bounded by the client's timeout (slack for a busy machine).
+    assert time.monotonic() - start < 5 + 30
+
+
+def test_dead_coordinator_fails_ops_not_reads(fresh_cluster):
+    with ccl.Client(fresh_cluster.coordinator, timeout=5) as c:
+        t = c.from_numpy(np.arange(3, dtype=np.float32))
+        fresh_cluster.kill_coordinator()
+        with pytest.raises(ccl.CclError) as e:
+            c.all_reduce(t)
+        assert e.value.code == grpc.StatusCode.UNAVAILABLE
+        assert "coordinator" in str(e.value)
+        # Workers keep serving their tensors without it.
+        np.testing.assert_array_equal(t.read(0), [0, 1, 2])
+        with pytest.raises(ccl.CclError) as e:
+            c.new_group([0, 1])
+        assert e.value.code == grpc.StatusCode.UNAVAILABLE

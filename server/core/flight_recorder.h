@@ -1,0 +1,49 @@
+// The flight recorder: each group's last ops on this rank as they were
+// submitted, with their live state, or why they were refused, so that a
+// person can line ranks up and see where they diverged (`ccctl debug ops`),
+// as PyTorch's NCCL flight recorder does.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/core/types.h"
+#include "server/core/work.h"
+
+namespace ccl {
+
+struct FlightEntry {
+  OpSpec spec;
+  DType dtype = DType::kFloat32;
+  int64_t count = 0;
+  // The accepted work (its state and timing are read live); null when
+  // refused.
+  std::shared_ptr<Work> work;
+  // Op `plan_index` of a plan's work; -1 for a lone op.
+  int plan_index = -1;
+  absl::Status refused;
+};
+
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(size_t per_group) : per_group_(per_group) {}
+
+  void Record(FlightEntry entry);
+  // The last `limit` entries of `group` (0: all kept), oldest first.
+  std::vector<OpRecord> Last(const std::string& group, int limit) const;
+
+  static OpRecord ToRecord(const FlightEntry& entry);
+
+ private:
+  const size_t per_group_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::deque<FlightEntry>> entries_;
+};
+
+}  // namespace ccl
