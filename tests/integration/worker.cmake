@@ -67,3 +67,10 @@ if(CCL_HAVE_CUDA)
   add_test(NAME failure_nccl_test COMMAND failure_nccl_test)
   set_tests_properties(failure_nccl_test PROPERTIES LABELS gpu TIMEOUT 900)
 endif()
+
+# The client library's plans and reserved sequence numbers, end to end.
+add_executable(client_integration_test ${CMAKE_CURRENT_LIST_DIR}/client_test.cc)
+target_link_libraries(client_integration_test PRIVATE ccl_local_cluster GTest::gtest_main)
+ccl_target_defaults(client_integration_test)
+add_test(NAME client_integration_test COMMAND client_integration_test)
+set_tests_properties(client_integration_test PROPERTIES LABELS integration TIMEOUT 300)
