@@ -75,64 +75,95 @@ Vars Runner::RankVars(int rank) const {
 
 bool Runner::RunSteps(const std::vector<Step>& steps,
                       const std::string& prefix) {
-  const size_t top = experiment_.steps.size();
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const Step& step = steps[i];
-    const std::string id =
-        prefix.empty() ? absl::StrCat(i + 1) : absl::StrCat(prefix, ".", i + 1);
-    const std::string head =
-        absl::StrCat("[", id, "/", top, "] ", DescribeStep(step));
-    ++total_steps_;
-    if (step.kind == StepKind::kRepeat) {
-      if (!globals_.json()) std::cout << head << "\n" << std::flush;
-      const auto start = Clock::now();
-      for (int k = 0; k < step.times_resolved; ++k) {
-        if (!RunSteps(step.steps, absl::StrCat(id, ".", k + 1))) return false;
-      }
-      steps_json_.push_back(
-          {{"step", id},
-           {"line", step.line},
-           {"kind", step.kind_name},
-           {"text", DescribeStep(step)},
-           {"ok", true},
-           {"times", step.times_resolved},
-           {"wall_us",
-            std::chrono::duration<double, std::micro>(Clock::now() - start)
-                .count()}});
+  for (size_t i = 0; i < steps.size();) {
+    // Consecutive sync ops, repeats of them included, go out as plans: one
+    // request per rank for the lot instead of one per op.
+    std::vector<PlannedEntry> planned;
+    size_t end = i;
+    for (; end < steps.size() && Plannable(steps[end]); ++end) {
+      Expand(steps[end], StepId(prefix, end), planned);
+    }
+    if (CountOps(planned) >= 2) {
+      if (!RunPlanned(planned)) return false;
+      i = end;
       continue;
     }
-    if (!globals_.json()) std::cout << head << " ... " << std::flush;
-    const auto start = Clock::now();
-    Outcome outcome = Execute(step, id);
-    const double wall_us =
-        std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-    if (!globals_.json()) {
-      const double shown = outcome.device_us >= 0 ? outcome.device_us : wall_us;
-      std::cout << (outcome.ok ? "ok" : "FAILED") << " (" << TimeText(shown)
-                << ")\n";
-      for (const auto& line : outcome.lines)
-        std::cout << "    " << line << "\n";
-      std::cout.flush();
-    }
-    nlohmann::json entry = {{"step", id},
-                            {"line", step.line},
-                            {"kind", step.kind_name},
-                            {"text", DescribeStep(step)},
-                            {"ok", outcome.ok},
-                            {"wall_us", wall_us}};
-    if (outcome.device_us >= 0) entry["device_us"] = outcome.device_us;
-    for (auto& [key, value] : outcome.json.items()) entry[key] = value;
-    if (!outcome.ok) entry["error"] = outcome.error;
-    steps_json_.push_back(entry);
-    if (!outcome.ok) {
-      failure_ = absl::StrCat("step ", id, " (line ", step.line, ", ",
-                              DescribeStep(step), ") failed: ", outcome.error);
-      failed_json_ = {
-          {"step", id}, {"line", step.line}, {"error", outcome.error}};
-      return false;
-    }
+    if (!RunStep(steps[i], StepId(prefix, i))) return false;
+    ++i;
   }
   return true;
+}
+
+std::string Runner::StepId(const std::string& prefix, size_t index) {
+  return prefix.empty() ? absl::StrCat(index + 1)
+                        : absl::StrCat(prefix, ".", index + 1);
+}
+
+std::string Runner::Head(const Step& step, const std::string& id) const {
+  return absl::StrCat("[", id, "/", experiment_.steps.size(), "] ",
+                      DescribeStep(step));
+}
+
+bool Runner::RunStep(const Step& step, const std::string& id) {
+  ++total_steps_;
+  if (step.kind == StepKind::kRepeat) {
+    if (!globals_.json()) std::cout << Head(step, id) << "\n" << std::flush;
+    const auto start = Clock::now();
+    for (int k = 0; k < step.times_resolved; ++k) {
+      if (!RunSteps(step.steps, absl::StrCat(id, ".", k + 1))) return false;
+    }
+    ReportRepeat(step, id,
+                 std::chrono::duration<double, std::micro>(Clock::now() - start)
+                     .count());
+    return true;
+  }
+  if (!globals_.json()) std::cout << Head(step, id) << " ... " << std::flush;
+  const auto start = Clock::now();
+  const Outcome outcome = Execute(step, id);
+  const double wall_us =
+      std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  return Report(step, id, outcome, wall_us, /*head_shown=*/true);
+}
+
+bool Runner::Report(const Step& step, const std::string& id,
+                    const Outcome& outcome, double wall_us, bool head_shown) {
+  if (!globals_.json()) {
+    if (!head_shown) std::cout << Head(step, id) << " ... ";
+    const double shown = outcome.device_us >= 0 ? outcome.device_us : wall_us;
+    std::cout << (outcome.ok ? "ok" : "FAILED") << " (" << TimeText(shown)
+              << ")\n";
+    for (const auto& line : outcome.lines) std::cout << "    " << line << "\n";
+    std::cout.flush();
+  }
+  nlohmann::json entry = {{"step", id},
+                          {"line", step.line},
+                          {"kind", step.kind_name},
+                          {"text", DescribeStep(step)},
+                          {"ok", outcome.ok},
+                          {"wall_us", wall_us}};
+  if (outcome.device_us >= 0) entry["device_us"] = outcome.device_us;
+  for (auto& [key, value] : outcome.json.items()) entry[key] = value;
+  if (!outcome.ok) entry["error"] = outcome.error;
+  steps_json_.push_back(entry);
+  if (!outcome.ok) {
+    failure_ = absl::StrCat("step ", id, " (line ", step.line, ", ",
+                            DescribeStep(step), ") failed: ", outcome.error);
+    failed_json_ = {
+        {"step", id}, {"line", step.line}, {"error", outcome.error}};
+    return false;
+  }
+  return true;
+}
+
+void Runner::ReportRepeat(const Step& step, const std::string& id,
+                          double wall_us) {
+  steps_json_.push_back({{"step", id},
+                         {"line", step.line},
+                         {"kind", step.kind_name},
+                         {"text", DescribeStep(step)},
+                         {"ok", true},
+                         {"times", step.times_resolved},
+                         {"wall_us", wall_us}});
 }
 
 Outcome Runner::Execute(const Step& step, const std::string& id) {

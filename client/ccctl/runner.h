@@ -56,11 +56,40 @@ class Runner {
     std::string step;
   };
 
+  // A step of a run of sync ops expanded for plans: an op, or where a
+  // repeat of them begins or ends (for the report).
+  struct PlannedEntry {
+    enum class Type { kOp, kRepeatBegin, kRepeatEnd };
+    Type type;
+    const Step* step;
+    std::string id;
+  };
+
   // runner.cc: the loop and its report.
   static std::vector<WorkRef> WorkRefs(const std::vector<PendingWork>& works);
   Vars RankVars(int rank) const;
+  // Runs `steps` (ids under `prefix`); false at the first failure.
   bool RunSteps(const std::vector<Step>& steps, const std::string& prefix);
+  bool RunStep(const Step& step, const std::string& id);
+  static std::string StepId(const std::string& prefix, size_t index);
+  std::string Head(const Step& step, const std::string& id) const;
+  // Prints and records one step's outcome; false if it failed.
+  bool Report(const Step& step, const std::string& id, const Outcome& outcome,
+              double wall_us, bool head_shown);
+  void ReportRepeat(const Step& step, const std::string& id, double wall_us);
   Outcome Execute(const Step& step, const std::string& id);
+
+  // runner_plans.cc: runs of sync ops as plans.
+  // Sync ops (a plan has no work ids to wait on) and repeats of only them.
+  bool Plannable(const Step& step) const;
+  static void Expand(const Step& step, const std::string& id,
+                     std::vector<PlannedEntry>& out);
+  static size_t CountOps(const std::vector<PlannedEntry>& entries);
+  // Sends the entries' ops as plans (at most kMaxPlanSteps each), then
+  // reports every step in order; false at the first failed op.
+  bool RunPlanned(const std::vector<PlannedEntry>& entries);
+  void RecordPlanned(const RankResults<PlanResult>& results, size_t index,
+                     const std::set<int>& involved, Outcome& outcome);
   void RecordOp(const Step& step, const std::string& id,
                 const RankResults<OpResult>& results,
                 const std::set<int>& involved, Outcome& outcome);
