@@ -25,6 +25,9 @@ struct BenchArgs {
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes;
   double factor = 0;
   int iters = 20, warmup = 5, root = -1, check = 0;
+  // nccl-tests' -G: the timed loop captured in a CUDA graph, launched this
+  // many times (0: no graph).
+  int graph_launches = 0;
   std::string dtype = "float32", reduce = "sum", csv, plot;
   bool e2e = false;
 };
@@ -41,6 +44,9 @@ struct Row {
   // and moving data (device); the rest is RPC and client.
   double worker_total_p50_us = 0, worker_queue_p50_us = 0,
          worker_device_p50_us = 0;
+  // The same ops as one plan (one request per rank): client time per op.
+  double e2e_plan_us = 0;
+  bool plan_emulated = false;
   // The fastest and slowest single instance (out of place) on any rank, as
   // the backend timed it (CUDA events on GPU).
   double op_min_us = 0, op_max_us = 0;
@@ -142,8 +148,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
             "need 1 <= -b <= -e and a factor -f > 1 (or an increment -i)"),
         true);
   }
-  if (args.iters < 1 || args.warmup < 0) {
-    return Fail(absl::InvalidArgumentError("-n must be >= 1 and -w >= 0"),
+  if (args.iters < 1 || args.warmup < 0 || args.graph_launches < 0) {
+    return Fail(absl::InvalidArgumentError("-n must be >= 1, -w and -G >= 0"),
                 true);
   }
   auto client = Connect(globals);
@@ -211,6 +217,7 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       auto results = (*client)->Bench([&](int rank) {
         BenchSpec spec;
         spec.iters = args.iters;
+        spec.graph_launches = args.graph_launches;
         spec.warmup_iters = args.warmup;
         spec.check = args.check != 0;
         Op& o = spec.op;
@@ -241,7 +248,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       }
       double slowest = 0;
       for (const auto& r : results) {
-        slowest = std::max(slowest, r.result->avg_us);
+        slowest = std::max(slowest, r.result->time_us > 0 ? r.result->time_us
+                                                          : r.result->avg_us);
         row.wrong[in_place] += r.result->wrong;
         if (in_place == 0) {
           row.op_min_us = row.op_min_us == 0
@@ -288,6 +296,31 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       row.worker_device_p50_us = Percentile(device_us, 0.5);
       row.e2e_us =
           std::accumulate(times_us.begin(), times_us.end(), 0.0) / args.iters;
+      // The same ops in one request per rank: what a scripted sweep pays.
+      Plan plan;
+      plan.steps.assign(args.iters, PlanStep::Collective(o));
+      const auto plan_start = std::chrono::steady_clock::now();
+      const auto planned = (*client)->SubmitPlan(plan);
+      const auto plan_end = std::chrono::steady_clock::now();
+      if (ReportRankErrors(planned)) {
+        free_all();
+        return kExitFailure;
+      }
+      row.e2e_plan_us =
+          std::chrono::duration<double, std::micro>(plan_end - plan_start)
+              .count() /
+          args.iters;
+      for (const auto& r : planned) {
+        row.plan_emulated = row.plan_emulated || r.result->emulated;
+        for (const WorkStatus& step : r.result->steps) {
+          if (!step.error.ok()) {
+            std::cerr << "ccctl: rank " << r.rank
+                      << ": plan: " << StatusText(step.error) << "\n";
+            free_all();
+            return kExitFailure;
+          }
+        }
+      }
       row.e2e_p50_us = Percentile(times_us, 0.5);
       row.e2e_p99_us = Percentile(times_us, 0.99);
     }
@@ -313,16 +346,16 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
       "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us,"
       "e2e_p50_us,e2e_p99_us,worker_total_p50_us,worker_queue_p50_us,"
-      "worker_device_p50_us\n";
+      "worker_device_p50_us,e2e_plan_us\n";
   for (const Row& r : rows) {
     csv_text += absl::StrFormat(
         "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f,%.2f,%."
-        "2f,%.2f,%.2f,%.2f,%.2f,%.2f\n",
+        "2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n",
         op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
         r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
         r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us,
         r.e2e_p50_us, r.e2e_p99_us, r.worker_total_p50_us,
-        r.worker_queue_p50_us, r.worker_device_p50_us);
+        r.worker_queue_p50_us, r.worker_device_p50_us, r.e2e_plan_us);
   }
   if (!args.csv.empty()) std::ofstream(args.csv) << csv_text;
   bool plot_failed = false;
@@ -333,10 +366,11 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     }
   }
   if (globals.json()) {
-    nlohmann::json document = {{"op", op->name},       {"ranks", n},
-                               {"type", type_name},    {"redop", redop},
-                               {"root", root},         {"iters", args.iters},
-                               {"warmup", args.warmup}};
+    nlohmann::json document = {
+        {"op", op->name},        {"ranks", n},
+        {"type", type_name},     {"redop", redop},
+        {"root", root},          {"iters", args.iters},
+        {"warmup", args.warmup}, {"graph_launches", args.graph_launches}};
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows) {
       out.push_back({{"size", r.bytes},
@@ -356,6 +390,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                      {"worker_total_p50_us", r.worker_total_p50_us},
                      {"worker_queue_p50_us", r.worker_queue_p50_us},
                      {"worker_device_p50_us", r.worker_device_p50_us},
+                     {"e2e_plan_us", r.e2e_plan_us},
+                     {"plan_emulated", r.plan_emulated},
                      {"op_min_us", r.op_min_us},
                      {"op_max_us", r.op_max_us}});
     }
@@ -365,8 +401,11 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   } else {
     std::cout << absl::StrFormat(
         "# ccctl bench %s: %d ranks, %d iters, %d warmup, timed on the "
-        "workers\n",
-        op->name, n, args.iters, args.warmup);
+        "workers%s\n",
+        op->name, n, args.iters, args.warmup,
+        args.graph_launches > 0 ? absl::StrCat(", in a CUDA graph launched ",
+                                               args.graph_launches, " times")
+                                : "");
     std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
                                  args.e2e ? "                     client" : "");
     std::cout << absl::StrFormat(
@@ -400,6 +439,10 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
           "queued, %.1f moving data) + %.1f RPC and client\n",
           r.bytes, r.e2e_p50_us, r.worker_total_p50_us, r.worker_queue_p50_us,
           r.worker_device_p50_us, r.e2e_p50_us - r.worker_total_p50_us);
+      std::cout << absl::StrFormat(
+          "# client per op in a plan of %d at %d B: %.1f us%s\n", args.iters,
+          r.bytes, r.e2e_plan_us,
+          r.plan_emulated ? " (emulated: the workers have no SubmitPlan)" : "");
     }
     std::cout << "# Out of bounds values : " << wrong_total
               << (wrong_total == 0 ? " OK" : " FAILED") << "\n";
@@ -434,7 +477,14 @@ void AddBenchCommand(CLI::App& app, Globals& globals, int& exit_code) {
                     "root (a world rank; default: the group's first rank)");
   bench->add_option("-c,--check", args->check, "check results on the workers")
       ->capture_default_str();
-  bench->add_flag("--e2e", args->e2e, "add the time a client sees per op");
+  bench
+      ->add_option("-G,--cudagraph", args->graph_launches,
+                   "capture the timed loop in a CUDA graph and launch it "
+                   "this many times (nccl-tests' -G; NCCL only)")
+      ->capture_default_str();
+  bench->add_flag("--e2e", args->e2e,
+                  "add the time a client sees per op, one request each and "
+                  "in one plan");
   bench->add_option("--csv", args->csv, "also write the rows to this CSV file");
   bench->add_option(
       "--plot", args->plot,

@@ -336,7 +336,8 @@ Outcome Runner::Bench(const Step& step) {
       int64_t wrong = 0;
       for (const auto& r : results) {
         if (!r.result.ok()) continue;
-        time_us = std::max(time_us, r.result->avg_us);
+        time_us = std::max(time_us, r.result->time_us > 0 ? r.result->time_us
+                                                          : r.result->avg_us);
         wrong += r.result->wrong;
       }
       const int64_t size = count * element;
