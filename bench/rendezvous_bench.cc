@@ -1,232 +1,365 @@
-// Rendezvous cost of the coordinator: N simulated workers register (world
-// size N) and then fetch the unique id that rank 0 posts, as the NCCL
-// bootstrap does. The coordinator runs in process on an ephemeral loopback
-// port; workers use the callback client API, so 4096 of them need no
-// threads of their own.
+// Rendezvous cost of the coordinator at scale. For each N, a real cccoord
+// (a child process, so that its CPU time and memory are its own) serves a
+// world of N ranks; N simulated workers (bench/simulated_world.h) register
+// and run the NCCL unique-id rendezvous as ccworker does: one id below 129
+// ranks, one per 128 ranks above (ncclCommInitRankScalable), handed out
+// through the KV store. With --generations G the world is re-formed G-1 more
+// times (a rank asks for a new generation, everyone re-registers and runs
+// the rendezvous again), to show what each generation leaves behind.
 //
-//   rendezvous_bench [N ...]     (default: 64 1024 4096)
-#include <grpcpp/grpcpp.h>
+//   rendezvous_bench [options] [N ...]      (default N: 1024 4096 16384)
+//     --channels C           connections the workers share (default 64)
+//     --ranks-per-root R     NCCL ranks per unique id; 0: one id (default 128)
+//     --generations G        formations per N (default 1)
+//     --cccoord PATH         the coordinator binary (default: this build's)
+//     --logic-only           the same protocol against CoordinatorCore in
+//                            this process, no gRPC: what the coordinator's
+//                            own code costs, apart from its transport
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
-#include <mutex>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "ccl/v1/coordinator.grpc.pb.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "bench/coordinator_process.h"
+#include "bench/simulated_world.h"
 #include "coordinator/coordinator_core.h"
-#include "coordinator/coordinator_service.h"
+#include "server/comm/nccl/unique_id_plan.h"
 #include "spdlog/spdlog.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using ccl::v1::Coordinator;
+using ccl::bench::CoordinatorProcess;
+using ccl::bench::FormedWorld;
+using ccl::bench::ProcessSample;
+using ccl::bench::SimulatedWorld;
 
-// A few connections, as a few hosts would open; one per worker would measure
-// the kernel, not the coordinator.
-constexpr int kChannels = 4;
-constexpr auto kCallDeadline = std::chrono::seconds(120);
-const std::string kUniqueId(128, '\x2a');  // sizeof(ncclUniqueId)
+struct Options {
+  std::vector<int> sizes;
+  int channels = 64;
+  int ranks_per_root = 128;
+  int generations = 1;
+  bool logic_only = false;
+  std::string cccoord = ccl::bench::DefaultCoordinatorBinary();
+};
 
-void RaiseFileLimit() {
-  rlimit limit;
-  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 &&
-      limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &limit);
-  }
+int Usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--channels C] [--ranks-per-root R] "
+               "[--generations G] [--cccoord PATH] [N ...]\n",
+               argv0);
+  return 2;
 }
 
-void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+// GET /metrics from the coordinator's metrics endpoint; gauges by name.
+std::map<std::string, double> ScrapeMetrics(int port) {
+  std::map<std::string, double> out;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return out;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string text;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
+      0) {
+    const std::string request =
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, request.data(), request.size()) ==
+        static_cast<ssize_t>(request.size())) {
+      char buffer[65536];
+      ssize_t got;
+      while ((got = read(fd, buffer, sizeof(buffer))) > 0) {
+        text.append(buffer, static_cast<size_t>(got));
+      }
+    }
+  }
+  close(fd);
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (line.empty() || line[0] == '#' || line.find('{') != line.npos) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
+    double value = 0;
+    if (parts.size() == 2 && absl::SimpleAtod(parts[1], &value)) {
+      out[std::string(parts[0])] = value;
+    }
+  }
+  return out;
 }
 
-// Counts finished workers and the first error.
-class Tally {
- public:
-  explicit Tally(int n) : remaining_(n) {}
-  void Registered() {
-    if (--registering_left_ == 0) registered_at_ = Clock::now();
-  }
-  void Done(const grpc::Status& status) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!status.ok() && error_.empty()) {
-      error_ =
-          std::to_string(status.error_code()) + ": " + status.error_message();
-    }
-    if (--remaining_ == 0) done_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return remaining_ == 0; });
-  }
-  void set_registering(int n) { registering_left_ = n; }
-  Clock::time_point registered_at() const { return registered_at_; }
-  const std::string& error() const { return error_; }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable done_;
-  int remaining_;
-  std::atomic<int> registering_left_{0};
-  Clock::time_point registered_at_;
-  std::string error_;
-};
-
-// One simulated worker: its RPC state must live until its callbacks ran.
-struct Worker {
-  Coordinator::Stub* stub = nullptr;
-  Tally* tally = nullptr;
-  grpc::ClientContext register_context;
-  ccl::v1::RegisterRequest register_request;
-  ccl::v1::RegisterResponse register_response;
-  grpc::ClientContext post_context;
-  ccl::v1::PostUniqueIdRequest post_request;
-  ccl::v1::PostUniqueIdResponse post_response;
-  grpc::ClientContext get_context;
-  ccl::v1::GetUniqueIdRequest get_request;
-  ccl::v1::GetUniqueIdResponse get_response;
-
-  void Start(int index) {
-    register_request.set_address("10.0.0." + std::to_string(index % 250) + ":" +
-                                 std::to_string(30000 + index));
-    register_request.set_host("node" + std::to_string(index / 8));
-    register_request.mutable_device()->set_kind(ccl::v1::DEVICE_KIND_CUDA);
-    register_request.mutable_device()->set_index(index % 8);
-    register_request.set_worker_id("bench-" + std::to_string(index));
-    SetDeadline(register_context);
-    stub->async()->Register(&register_context, &register_request,
-                            &register_response,
-                            [this](grpc::Status s) { OnRegistered(s); });
-  }
-
-  void OnRegistered(const grpc::Status& status) {
-    if (!status.ok()) return tally->Done(status);
-    tally->Registered();
-    if (register_response.rank() == 0) {
-      post_request.set_generation(register_response.generation());
-      post_request.set_unique_id(kUniqueId);
-      SetDeadline(post_context);
-      stub->async()->PostUniqueId(&post_context, &post_request, &post_response,
-                                  [this](grpc::Status s) {
-                                    if (!s.ok()) tally->Done(s);
-                                  });
-    }
-    get_request.set_generation(register_response.generation());
-    SetDeadline(get_context);
-    stub->async()->GetUniqueId(
-        &get_context, &get_request, &get_response, [this](grpc::Status s) {
-          if (s.ok() && get_response.unique_id() != kUniqueId) {
-            s = grpc::Status(grpc::StatusCode::INTERNAL, "wrong unique id");
-          }
-          tally->Done(s);
-        });
-  }
-};
-
-struct Row {
-  int n = 0;
-  double formed_s = 0;
-  double total_s = 0;
-  std::string error;
-};
-
-Row RunOnce(int n) {
-  Row row{n};
-  ccl::coordinator::CoordinatorOptions options;
-  options.world_size = n;
-  options.default_wait_timeout = std::chrono::seconds(120);
-  // The simulated workers never heartbeat.
-  options.heartbeat_timeout = std::chrono::hours(1);
-  auto core = ccl::coordinator::CoordinatorCore::Create(options);
-  if (!core.ok()) {
-    row.error = std::string(core.status().message());
-    return row;
-  }
-  ccl::coordinator::CoordinatorService service(**core);
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
   int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    row.error = "cannot start the server";
-    return row;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
   }
+  close(fd);
+  return port;
+}
 
-  std::vector<std::unique_ptr<Coordinator::Stub>> stubs;
-  for (int c = 0; c < kChannels; ++c) {
-    grpc::ChannelArguments args;
-    // Separate connections rather than one shared subchannel.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetMaxReceiveMessageSize(-1);
-    auto channel =
-        grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
-                                  grpc::InsecureChannelCredentials(), args);
-    channel->WaitForConnected(std::chrono::system_clock::now() +
-                              std::chrono::seconds(10));
-    stubs.push_back(Coordinator::NewStub(channel));
+// Asks for a new generation through rank 0's heartbeat, as a worker whose
+// communicator broke does.
+bool Reform(const std::string& address, const FormedWorld& world) {
+  auto stub = ccl::v1::Coordinator::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  for (size_t w = 0; w < world.rank_of.size(); ++w) {
+    if (world.rank_of[w] != 0) continue;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    ccl::v1::HeartbeatRequest request;
+    request.set_rank(0);
+    request.set_generation(world.generation);
+    request.set_worker_id(world.worker_id_of[w]);
+    request.set_reform_reason("rendezvous_bench: next generation");
+    ccl::v1::HeartbeatResponse response;
+    return stub->Heartbeat(&context, request, &response).ok() &&
+           response.generation() > world.generation;
   }
+  return false;
+}
 
-  Tally tally(n);
-  tally.set_registering(n);
-  std::vector<std::unique_ptr<Worker>> workers(n);
-  for (int i = 0; i < n; ++i) {
-    workers[i] = std::make_unique<Worker>();
-    workers[i]->stub = stubs[i % kChannels].get();
-    workers[i]->tally = &tally;
+double CpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) /
+             1e6;
+}
+
+int64_t RssKb() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t kb = 0;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      status >> kb;
+      return kb;
+    }
   }
-  Clock::time_point start = Clock::now();
-  for (int i = 0; i < n; ++i) workers[i]->Start(i);
-  tally.Wait();
-  Clock::time_point end = Clock::now();
-  row.formed_s =
-      std::chrono::duration<double>(tally.registered_at() - start).count();
-  row.total_s = std::chrono::duration<double>(end - start).count();
-  row.error = tally.error();
-  server->Shutdown(std::chrono::system_clock::now());
-  return row;
+  return 0;
+}
+
+// The worker protocol of simulated_world.cc, against the logic directly.
+int RunLogicOnly(const Options& options, int n) {
+  namespace co = ccl::coordinator;
+  co::CoordinatorOptions core_options;
+  core_options.world_size = n;
+  core_options.default_wait_timeout = std::chrono::seconds(120);
+  core_options.heartbeat_timeout = std::chrono::hours(1);
+  core_options.sweep_period = std::chrono::milliseconds(0);
+  auto created = co::CoordinatorCore::Create(core_options);
+  if (!created.ok()) return 1;
+  co::CoordinatorCore& core = **created;
+  const int64_t rss_before = RssKb();
+  const double cpu_before = CpuSeconds();
+  std::atomic<int> left{n};
+  std::atomic<bool> failed{false};
+  std::promise<void> all_done;
+  auto finish = [&](bool ok) {
+    if (!ok) failed = true;
+    if (--left == 0) all_done.set_value();
+  };
+  auto wait = [&](int64_t generation, std::vector<std::string> keys,
+                  std::function<void()> then) {
+    core.KvWait(core.NewWaitId(), generation, std::move(keys),
+                std::chrono::milliseconds(0), true,
+                [&, then](absl::StatusOr<co::KvWaitResult> r) {
+                  if (!r.ok()) return finish(false);
+                  then();
+                });
+  };
+  const std::string id(2 * ccl::nccl::kUniqueIdBytes, 'a');
+  auto rendezvous = [&](int rank, int64_t generation) {
+    const std::string prefix = absl::StrCat("gen", generation, "/world");
+    const auto plan = ccl::nccl::PlanUniqueIds(rank, n, options.ranks_per_root);
+    if (plan.ids == 1) {
+      if (rank == 0) {
+        return finish(
+            core.KvSet(generation, ccl::nccl::UniqueIdKey(prefix), id).ok());
+      }
+      return wait(generation, {ccl::nccl::UniqueIdKey(prefix)},
+                  [&] { finish(true); });
+    }
+    if (plan.posts &&
+        !core.KvSet(generation, ccl::nccl::UniqueIdKey(prefix, plan.block), id)
+             .ok()) {
+      failed = true;
+    }
+    if (plan.gathers) {
+      std::vector<std::string> keys;
+      for (int b = 0; b < plan.ids; ++b) {
+        keys.push_back(ccl::nccl::UniqueIdKey(prefix, b));
+      }
+      return wait(generation, std::move(keys), [&, prefix, plan, generation] {
+        finish(
+            core.KvSet(generation, ccl::nccl::UniqueIdListKey(prefix),
+                       std::string(plan.ids * ccl::nccl::kUniqueIdBytes, 'x'))
+                .ok());
+      });
+    }
+    wait(generation, {ccl::nccl::UniqueIdListKey(prefix)},
+         [&] { finish(true); });
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (int w = 0; w < n; ++w) {
+    co::RegisterRequest request;
+    request.address =
+        absl::StrCat("10.0.", w / 250 % 250, ".", w % 250, ":29500");
+    request.host = absl::StrCat("node", w / 8);
+    request.device = {ccl::DeviceKind::kCuda, w % 8};
+    request.worker_id = absl::StrCat("sim-", w);
+    core.Register(core.NewWaitId(), std::move(request),
+                  [&](absl::StatusOr<co::RegisterResult> r) {
+                    if (!r.ok()) return finish(false);
+                    rendezvous(r->rank, r->generation);
+                  });
+  }
+  all_done.get_future().wait();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::printf("%8d %9.3f %9.3f %9.2f %9.2f %9.2f%s\n", n, wall, wall / n * 1e6,
+              CpuSeconds() - cpu_before, (CpuSeconds() - cpu_before) / n * 1e6,
+              static_cast<double>(RssKb() - rss_before) / n,
+              failed ? "  (a call failed)" : "");
+  std::fflush(stdout);
+  return failed ? 1 : 0;
+}
+
+int RunSize(const Options& options, int n) {
+  const int metrics_port = FreePort();
+  const std::string log =
+      absl::StrCat("/tmp/rendezvous_bench.cccoord.", n, ".", getpid(), ".log");
+  auto coordinator = CoordinatorProcess::Start(
+      options.cccoord,
+      {"--world-size", absl::StrCat(n), "--register-timeout-ms", "120000",
+       // The simulated workers do not heartbeat here (heartbeat_bench does).
+       "--heartbeat-timeout-ms", "3600000", "--log-level", "warn",
+       "--metrics-port", absl::StrCat(metrics_port)},
+      log);
+  if (!coordinator.ok()) {
+    std::printf("%8d  failed: %s\n", n,
+                std::string(coordinator.status().message()).c_str());
+    return 1;
+  }
+  const absl::StatusOr<ProcessSample> idle = (*coordinator)->Sample();
+  SimulatedWorld workers((*coordinator)->address(), options.channels);
+  int failures = 0;
+  FormedWorld world;
+  for (int g = 1; g <= options.generations; ++g) {
+    if (g > 1 && !Reform((*coordinator)->address(), world)) {
+      std::printf("%8d  failed: the coordinator did not start a generation\n",
+                  n);
+      return 1;
+    }
+    const absl::StatusOr<ProcessSample> before = (*coordinator)->Sample();
+    world = workers.Form(n, options.ranks_per_root);
+    const absl::StatusOr<ProcessSample> after = (*coordinator)->Sample();
+    if (!world.error.empty() || !before.ok() || !after.ok() || !idle.ok()) {
+      std::printf("%8d  failed: %s\n", n,
+                  !world.error.empty()
+                      ? world.error.c_str()
+                      : "cannot read the coordinator's /proc entries");
+      ++failures;
+      break;
+    }
+    const auto metrics = ScrapeMetrics(metrics_port);
+    auto metric = [&](const char* name) {
+      auto it = metrics.find(name);
+      return it == metrics.end() ? -1.0 : it->second;
+    };
+    std::printf(
+        "%8d %4lld %5d %5d %9.3f %9.3f %9.1f %9.2f %9.1f %9.1f %8.2f %7.0f "
+        "%9.0f\n",
+        n, static_cast<long long>(world.generation), options.channels,
+        world.unique_ids, world.registered_s, world.formed_s,
+        world.formed_s / n * 1e6, after->cpu_s - before->cpu_s,
+        static_cast<double>(after->peak_kb) / 1024.0,
+        static_cast<double>(after->rss_kb) / 1024.0,
+        static_cast<double>(after->rss_kb - idle->rss_kb) / n,
+        metric("ccl_coordinator_kv_keys"), metric("ccl_coordinator_kv_bytes"));
+    std::fflush(stdout);
+  }
+  unlink(log.c_str());
+  return failures;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  RaiseFileLimit();
-  spdlog::set_level(spdlog::level::warn);
-  std::vector<int> sizes;
+  // Debian's absl is built without NDEBUG: its Mutex would track lock
+  // graphs for deadlock detection on every lock, a cost of the build, not of
+  // the code measured (cccoord turns it off too).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  ccl::bench::RaiseFileLimit();
+  Options options;
   for (int i = 1; i < argc; ++i) {
-    int n = 0;
-    if (!absl::SimpleAtoi(argv[i], &n) || n <= 0) {
-      std::fprintf(stderr, "usage: %s [N ...]  (N: a positive world size)\n",
-                   argv[0]);
-      return 2;
+    const std::string arg = argv[i];
+    auto value = [&](int& out) {
+      return i + 1 < argc && absl::SimpleAtoi(argv[++i], &out);
+    };
+    bool ok = true;
+    if (arg == "--channels") {
+      ok = value(options.channels) && options.channels > 0;
+    } else if (arg == "--ranks-per-root") {
+      ok = value(options.ranks_per_root) && options.ranks_per_root >= 0;
+    } else if (arg == "--generations") {
+      ok = value(options.generations) && options.generations > 0;
+    } else if (arg == "--logic-only") {
+      options.logic_only = true;
+    } else if (arg == "--cccoord") {
+      ok = i + 1 < argc;
+      if (ok) options.cccoord = argv[++i];
+    } else {
+      int n = 0;
+      ok = absl::SimpleAtoi(arg, &n) && n > 0;
+      options.sizes.push_back(n);
     }
-    sizes.push_back(n);
+    if (!ok) return Usage(argv[0]);
   }
-  if (sizes.empty()) sizes = {64, 1024, 4096};
+  if (options.sizes.empty()) options.sizes = {1024, 4096, 16384};
 
-  std::printf("%8s %14s %12s %16s\n", "N", "all-registered", "total",
-              "per-rank");
-  std::printf("%8s %14s %12s %16s\n", "", "(s)", "(s)", "(us)");
-  int failures = 0;
-  for (int n : sizes) {
-    Row row = RunOnce(n);
-    if (!row.error.empty()) {
-      std::printf("%8d  failed: %s\n", n, row.error.c_str());
-      ++failures;
-      continue;
-    }
-    std::printf("%8d %14.3f %12.3f %16.1f\n", n, row.formed_s, row.total_s,
-                row.total_s / n * 1e6);
-    std::fflush(stdout);
+  if (options.logic_only) {
+    // Registrations log every 1/16 of the world at info; not the subject.
+    spdlog::set_level(spdlog::level::warn);
+    std::printf("# CoordinatorCore in process, no gRPC; %d ranks per id\n",
+                options.ranks_per_root);
+    std::printf("%8s %9s %9s %9s %9s %9s\n", "N", "formed", "per-rank", "CPU",
+                "CPU/rank", "RSS/rank");
+    std::printf("%8s %9s %9s %9s %9s %9s\n", "", "(s)", "(us)", "(s)", "(us)",
+                "(KiB)");
+    int failures = 0;
+    for (int n : options.sizes) failures += RunLogicOnly(options, n);
+    return failures == 0 ? 0 : 1;
   }
+  std::printf("# coordinator %s; simulated workers on %d channel(s)\n",
+              options.cccoord.c_str(), options.channels);
+  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "N",
+              "gen", "chan", "ids", "register", "formed", "per-rank",
+              "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes");
+  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "", "",
+              "", "", "(s)", "(s)", "(us)", "(s)", "(MiB)", "(MiB)", "(KiB)",
+              "", "(B)");
+  int failures = 0;
+  for (int n : options.sizes) failures += RunSize(options, n);
   return failures == 0 ? 0 : 1;
 }

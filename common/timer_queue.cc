@@ -16,13 +16,19 @@ TimerQueue::~TimerQueue() {
 TimerQueue::TimerId TimerQueue::Schedule(Clock::time_point deadline,
                                          std::function<void()> callback) {
   TimerId id;
+  bool earliest;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     id = next_id_++;
-    timers_.emplace(std::make_pair(deadline, id), std::move(callback));
+    auto it = timers_.emplace(std::make_pair(deadline, id), std::move(callback))
+                  .first;
     deadlines_.emplace(id, deadline);
+    earliest = it == timers_.begin();
   }
-  wake_.notify_all();
+  // The thread sleeps until the earliest deadline; a later one cannot change
+  // that. Waking it for each of thousands of parked calls (a world
+  // registering) would cost two context switches apiece.
+  if (earliest) wake_.notify_all();
   return id;
 }
 

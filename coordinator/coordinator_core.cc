@@ -1,9 +1,7 @@
 #include "coordinator/coordinator_core.h"
 
 #include <algorithm>
-#include <limits>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
@@ -11,14 +9,11 @@
 namespace ccl::coordinator {
 namespace {
 
-// A world this large is a typo, and a slot vector of that size is memory.
+// A world this large is a typo, and a roster of that size is memory.
 constexpr int kMaxWorldSize = 1 << 20;
-constexpr int64_t kMaxSequenceCount = 1000000;
-constexpr size_t kMaxUniqueIdBytes = 4096;
-
-std::string GroupName(const std::string& group) {
-  return group.empty() ? std::string("world") : group;
-}
+// Up to this size every registration is logged at info; above it, every
+// sixteenth of the world, so that forming 16k ranks does not write 16k lines.
+constexpr int kLoggedWorldSize = 256;
 
 int64_t ToMillis(std::chrono::steady_clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -88,50 +83,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
 }
 
 CoordinatorCore::CoordinatorCore(CoordinatorOptions options)
-    : options_(std::move(options)), slots_(options_.world_size) {}
-
-int CoordinatorCore::WorldSize() const {
-  return static_cast<int>(slots_.size());
-}
-
-void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
-  if (!options_.elastic_shrink || generation_ == 0) return;
-  std::vector<std::optional<Member>> kept;
-  std::vector<int> dropped;
-  for (int rank = 0; rank < WorldSize(); ++rank) {
-    auto& slot = slots_[rank];
-    if (!slot.has_value()) {
-      dropped.push_back(rank);
-      continue;
-    }
-    // A replacement on its way in completes the world instead.
-    if (slot->state == MemberState::kJoining) return;
-    if (slot->state == MemberState::kReady) {
-      kept.push_back(std::move(slot));
-    } else {
-      dropped.push_back(rank);
-    }
-  }
-  if (dropped.empty() || kept.empty()) return;
-  const int before = WorldSize();
-  slots_ = std::move(kept);
-  rank_of_worker_.clear();
-  for (int rank = 0; rank < WorldSize(); ++rank) {
-    if (!slots_[rank]->worker_id.empty()) {
-      rank_of_worker_[slots_[rank]->worker_id] = rank;
-    }
-  }
-  const int64_t previous = generation_++;
-  spdlog::warn(
-      "generation {}: the world shrank from {} to {} ranks without rank(s) {} "
-      "(--elastic shrink); survivors keep their order and are renumbered",
-      generation_, before, WorldSize(), absl::StrJoin(dropped, ", "));
-  AbortWaitsLocked(previous,
-                   absl::AbortedError(absl::StrCat(
-                       "generation ", previous, " shrank into generation ",
-                       generation_, "; re-register")),
-                   deferred);
-}
+    : options_(std::move(options)),
+      roster_(options_.world_size),
+      kv_(timers_, [this](WaitId id) { OnDeadline(id); }) {}
 
 CoordinatorCore::~CoordinatorCore() { Shutdown(); }
 
@@ -149,37 +103,35 @@ CoordinatorCore::WaitId CoordinatorCore::NewWaitId() {
   return next_wait_id_++;
 }
 
-void CoordinatorCore::ScheduleSweep() {
-  if (options_.sweep_period.count() == 0) return;
-  timers_.ScheduleAfter(options_.sweep_period, [this] {
-    SweepLiveness();
-    bool stop;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop = shutting_down_;
-    }
-    if (!stop) ScheduleSweep();
-  });
-}
-
 // ---------------------------------------------------------------------------
-// Membership
+// Generations
 
-bool CoordinatorCore::IsLive(const std::optional<Member>& slot) const {
-  return slot.has_value() && (slot->state == MemberState::kJoining ||
-                              slot->state == MemberState::kReady);
+void CoordinatorCore::StartGenerationLocked(int64_t next, Deferred& deferred) {
+  const int64_t previous = generation_;
+  generation_ = next;
+  kv_.Advance(next,
+              absl::AbortedError(absl::StrCat("generation ", previous,
+                                              " is over (current is ", next,
+                                              "); re-register")),
+              deferred);
 }
 
-bool CoordinatorCore::IsComplete() const {
-  return std::all_of(slots_.begin(), slots_.end(),
-                     [this](const auto& slot) { return IsLive(slot); });
+void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
+  if (!options_.elastic_shrink || generation_ == 0) return;
+  // A replacement on its way in completes the world instead.
+  if (roster_.live() != roster_.ready()) return;
+  if (roster_.all_ready() || roster_.ready() == 0) return;
+  const int before = WorldSize();
+  const std::vector<int> dropped = roster_.KeepReady();
+  StartGenerationLocked(generation_ + 1, deferred);
+  spdlog::warn(
+      "generation {}: the world shrank from {} to {} ranks without rank(s) {} "
+      "(--elastic shrink); survivors keep their order and are renumbered",
+      generation_, before, WorldSize(), absl::StrJoin(dropped, ", "));
 }
 
 WorldState CoordinatorCore::StateLocked() const {
-  bool all_ready = std::all_of(slots_.begin(), slots_.end(), [](auto& s) {
-    return s.has_value() && s->state == MemberState::kReady;
-  });
-  if (all_ready) return WorldState::kComplete;
+  if (roster_.all_ready()) return WorldState::kComplete;
   // Once a world has formed, anything short of it is a loss, not progress.
   return generation_ == 0 ? WorldState::kForming : WorldState::kDegraded;
 }
@@ -189,94 +141,53 @@ WorldInfo CoordinatorCore::SnapshotLocked() const {
   world.generation = generation_;
   world.world_size = WorldSize();
   world.state = StateLocked();
-  world.heartbeat_interval_ms = options_.heartbeat_interval.count();
-  world.heartbeat_timeout_ms = options_.heartbeat_timeout.count();
-  TimePoint now = Now();
+  const HeartbeatTiming timing = Timing();
+  world.heartbeat_interval_ms = timing.interval.count();
+  world.heartbeat_timeout_ms = timing.timeout.count();
+  const TimePoint now = Now();
   for (int rank = 0; rank < WorldSize(); ++rank) {
-    const auto& slot = slots_[rank];
-    if (!slot.has_value()) continue;
+    const Member* member = roster_.Find(rank);
+    if (member == nullptr) continue;
     MemberInfo& m = world.members.emplace_back();
     m.rank = rank;
-    m.address = slot->address;
-    m.host = slot->host;
-    m.device = slot->device;
-    m.state = slot->state;
-    m.last_seen_age_ms = std::max<int64_t>(0, ToMillis(now - slot->last_seen));
-    m.worker_id = slot->worker_id;
-    m.tensor_count = slot->tensor_count;
-    m.tensor_bytes = slot->tensor_bytes;
+    m.address = member->address;
+    m.host = member->host;
+    m.device = member->device;
+    m.state = member->state();
+    m.last_seen_age_ms =
+        std::max<int64_t>(0, ToMillis(now - member->last_seen));
+    m.worker_id = member->worker_id;
+    m.tensor_count = member->tensor_count;
+    m.tensor_bytes = member->tensor_bytes;
   }
   return world;
 }
 
-std::string CoordinatorCore::DescribeMissingLocked() const {
-  std::vector<int> missing;
-  for (int rank = 0; rank < WorldSize(); ++rank) {
-    if (!IsLive(slots_[rank])) missing.push_back(rank);
+std::shared_ptr<const WorldInfo> CoordinatorCore::SharedSnapshotLocked() {
+  if (snapshot_ == nullptr || snapshot_version_ != roster_.version() ||
+      snapshot_generation_ != generation_) {
+    snapshot_ = std::make_shared<const WorldInfo>(SnapshotLocked());
+    snapshot_version_ = roster_.version();
+    snapshot_generation_ = generation_;
   }
-  std::string out = absl::StrCat(WorldSize() - missing.size(), " of ",
-                                 WorldSize(), " ranks registered");
-  if (!missing.empty()) {
-    constexpr size_t kShown = 16;
-    std::vector<int> shown(missing.begin(),
-                           missing.begin() + std::min(kShown, missing.size()));
+  return snapshot_;
+}
+
+std::string CoordinatorCore::DescribeMissingLocked() const {
+  constexpr size_t kShown = 16;
+  std::string out =
+      absl::StrCat(roster_.live(), " of ", WorldSize(), " ranks registered");
+  const std::vector<int> shown = roster_.Missing(kShown);
+  if (!shown.empty()) {
     absl::StrAppend(&out, "; missing ranks ", absl::StrJoin(shown, ", "));
-    if (missing.size() > kShown) absl::StrAppend(&out, ", ...");
+    if (WorldSize() - roster_.live() > static_cast<int>(kShown)) {
+      absl::StrAppend(&out, ", ...");
+    }
   }
   return out;
 }
 
-void CoordinatorCore::ClearSlotLocked(int rank) {
-  auto& slot = slots_[rank];
-  if (!slot.has_value()) return;
-  auto it = rank_of_worker_.find(slot->worker_id);
-  if (it != rank_of_worker_.end() && it->second == rank) {
-    rank_of_worker_.erase(it);
-  }
-  slot.reset();
-}
-
-void CoordinatorCore::FailRegisterWaitersLocked(int rank, uint64_t serial,
-                                                const absl::Status& status,
-                                                Deferred& deferred) {
-  for (auto it = register_waiters_.begin(); it != register_waiters_.end();) {
-    if (it->second.rank == rank && it->second.serial == serial) {
-      timers_.Cancel(it->second.timer);
-      deferred.push_back(
-          [done = std::move(it->second.done), status] { done(status); });
-      it = register_waiters_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void CoordinatorCore::AbortWaitsLocked(int64_t generation,
-                                       const absl::Status& why,
-                                       Deferred& deferred) {
-  for (auto it = kv_waiters_.begin(); it != kv_waiters_.end();) {
-    if (it->second.generation != generation) {
-      ++it;
-      continue;
-    }
-    timers_.Cancel(it->second.timer);
-    DropKvWaiterLocked(it->first, it->second);
-    deferred.push_back([done = std::move(it->second.done), why] { done(why); });
-    it = kv_waiters_.erase(it);
-  }
-  for (auto it = unique_id_waiters_.begin(); it != unique_id_waiters_.end();) {
-    if (it->second.scope.first != generation) {
-      ++it;
-      continue;
-    }
-    timers_.Cancel(it->second.timer);
-    deferred.push_back([done = std::move(it->second.done), why] { done(why); });
-    it = unique_id_waiters_.erase(it);
-  }
-}
-
 void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
-  const int64_t previous = generation_;
   // A coordinator that restarted (generation 0) while its workers kept
   // running: if every rank resumes the same generation, adopt it, with the
   // groups' sequence counters where the workers stopped, so running
@@ -285,43 +196,37 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
   int64_t resumed = 0;
   bool resume = generation_ == 0;
   int64_t highest = generation_;
-  for (const auto& slot : slots_) {
-    const int64_t g = slot->resume_generation;
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    const int64_t g = roster_.Find(rank)->resume_generation;
     highest = std::max(highest, g);
     if (g <= 0 || (resumed != 0 && g != resumed)) resume = false;
     resumed = g;
   }
-  if (resume && resumed > 0) {
-    generation_ = resumed;
-    for (const auto& slot : slots_) {
-      for (const auto& [group, next] : slot->resume_next_seq) {
-        int64_t& counter = sequences_[Scope(generation_, GroupName(group))];
-        counter = std::max(counter, next);
+  resume = resume && resumed > 0;
+  StartGenerationLocked(resume ? resumed : highest + 1, deferred);
+  if (resume) {
+    for (int rank = 0; rank < WorldSize(); ++rank) {
+      for (const auto& [group, next] : roster_.Find(rank)->resume_next_seq) {
+        kv_.SeedSequence(generation_, group, next);
       }
     }
     spdlog::info("every rank resumed generation {}: adopted it", generation_);
-  } else {
-    generation_ = highest + 1;
   }
-  if (previous > 0 && previous != generation_) {
-    AbortWaitsLocked(previous,
-                     absl::AbortedError(absl::StrCat(
-                         "generation ", previous, " is over (current is ",
-                         generation_, "); re-register")),
-                     deferred);
-  }
-  TimePoint now = Now();
+  const TimePoint now = Now();
   // Everyone was just heard from (they are waiting in Register, or have
   // been heartbeating); a member that waited long must not expire at once.
-  for (auto& slot : slots_) {
-    slot->state = MemberState::kReady;
-    slot->last_seen = now;
-    slot->resume_generation = 0;
-    slot->resume_next_seq.clear();
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    roster_.SetState(rank, MemberState::kReady);
+    Member& member = *roster_.Find(rank);
+    member.last_seen = now;
+    member.resume_generation = 0;
+    member.resume_next_seq.clear();
+    member.register_waits.clear();
   }
-  auto world = std::make_shared<const WorldInfo>(SnapshotLocked());
+  std::shared_ptr<const WorldInfo> world = SharedSnapshotLocked();
   spdlog::info("world formed: generation {}, {} ranks", generation_,
                WorldSize());
+  deferred.reserve(deferred.size() + register_waiters_.size());
   for (auto& [id, waiter] : register_waiters_) {
     timers_.Cancel(waiter.timer);
     RegisterResult result{waiter.rank, generation_, world};
@@ -333,6 +238,9 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
   register_waiters_.clear();
 }
 
+// ---------------------------------------------------------------------------
+// Membership
+
 void CoordinatorCore::Register(WaitId id, RegisterRequest request,
                                Callback<RegisterResult> done) {
   auto fail = [&done](absl::Status status) { done(std::move(status)); };
@@ -340,12 +248,9 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
     return fail(absl::InvalidArgumentError(
         "register: address is empty; pass the worker's host:port"));
   }
-  if (request.requested_rank.has_value()) {
-    int r = *request.requested_rank;
-    if (r < 0) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("register: requested rank ", r, " is negative")));
-    }
+  if (request.requested_rank.has_value() && *request.requested_rank < 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "register: requested rank ", *request.requested_rank, " is negative")));
   }
   if (request.resume_generation < 0) {
     return fail(absl::InvalidArgumentError(
@@ -362,102 +267,100 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
     return fail(absl::InvalidArgumentError(absl::StrCat(
         "register: timeout ", request.timeout.count(), " ms is negative")));
   }
-  std::chrono::milliseconds timeout = WaitTimeout(request.timeout);
+  const std::chrono::milliseconds timeout = WaitTimeout(request.timeout);
 
   Deferred deferred;
   absl::Status error;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    int rank = -1;
+    const std::optional<int> known = roster_.RankOf(request.worker_id);
     if (shutting_down_) {
       error = absl::UnavailableError("coordinator is shutting down");
-    } else {
-      int rank = -1;
-      auto known = request.worker_id.empty()
-                       ? rank_of_worker_.end()
-                       : rank_of_worker_.find(request.worker_id);
-      if (known != rank_of_worker_.end()) {
-        rank = known->second;
-        // A re-joining worker names its previous rank only as a hint for a
-        // coordinator that forgot it; one that remembers it (perhaps under
-        // a new rank, after a shrink) has the last word.
-        if (request.requested_rank.has_value() && !request.rejoin &&
-            *request.requested_rank != rank) {
-          error = absl::FailedPreconditionError(absl::StrCat(
-              "register: worker '", request.worker_id, "' already holds rank ",
-              rank, "; it cannot also take rank ", *request.requested_rank,
-              " (deregister first)"));
-        }
-      } else if (request.requested_rank.has_value() &&
-                 *request.requested_rank >= WorldSize()) {
-        error = absl::InvalidArgumentError(
-            absl::StrCat("register: requested rank ", *request.requested_rank,
-                         " is out of range for world size ", WorldSize()));
-      } else if (request.requested_rank.has_value()) {
-        rank = *request.requested_rank;
-        if (IsLive(slots_[rank])) {
-          error = absl::AlreadyExistsError(absl::StrCat(
-              "register: rank ", rank, " is already held by worker '",
-              slots_[rank]->worker_id, "' at ", slots_[rank]->address));
-        }
-      } else {
-        for (int r = 0; r < WorldSize(); ++r) {
-          if (!IsLive(slots_[r])) {
-            rank = r;
-            break;
-          }
-        }
-        if (rank < 0) {
-          error = absl::ResourceExhaustedError(absl::StrCat(
-              "register: world of size ", WorldSize(), " is full"));
-        }
+    } else if (known.has_value()) {
+      rank = *known;
+      // A re-joining worker names its previous rank only as a hint for a
+      // coordinator that forgot it; one that remembers it (perhaps under a
+      // new rank, after a shrink) has the last word.
+      if (request.requested_rank.has_value() && !request.rejoin &&
+          *request.requested_rank != rank) {
+        error = absl::FailedPreconditionError(absl::StrCat(
+            "register: worker '", request.worker_id, "' already holds rank ",
+            rank, "; it cannot also take rank ", *request.requested_rank,
+            " (deregister first)"));
       }
+    } else if (request.requested_rank.has_value() &&
+               *request.requested_rank >= WorldSize()) {
+      error = absl::InvalidArgumentError(
+          absl::StrCat("register: requested rank ", *request.requested_rank,
+                       " is out of range for world size ", WorldSize()));
+    } else if (request.requested_rank.has_value()) {
+      rank = *request.requested_rank;
+      if (const Member* holder = roster_.Find(rank);
+          holder != nullptr && holder->live()) {
+        error = absl::AlreadyExistsError(absl::StrCat(
+            "register: rank ", rank, " is already held by worker '",
+            holder->worker_id, "' at ", holder->address));
+      }
+    } else if (std::optional<int> free = roster_.LowestFree(); free) {
+      rank = *free;
+    } else {
+      error = absl::ResourceExhaustedError(
+          absl::StrCat("register: world of size ", WorldSize(), " is full"));
+    }
 
-      if (error.ok()) {
-        auto& slot = slots_[rank];
-        bool reconnect = slot.has_value() && !request.worker_id.empty() &&
-                         slot->worker_id == request.worker_id;
-        if (!reconnect) {
-          ClearSlotLocked(rank);
-          slot.emplace();
-          slot->serial = next_serial_++;
-          slot->worker_id = request.worker_id;
-          if (!request.worker_id.empty()) {
-            rank_of_worker_[request.worker_id] = rank;
-          }
+    if (error.ok()) {
+      Member* member = roster_.Find(rank);
+      // Known worker ids hold their slot: that is a reconnect.
+      if (!known.has_value()) {
+        member = &roster_.Take(rank, request.worker_id, next_serial_++);
+      }
+      if (member->address != request.address || member->host != request.host ||
+          member->device != request.device) {
+        roster_.Touch();
+      }
+      member->address = request.address;
+      member->host = request.host;
+      member->device = request.device;
+      member->last_seen = Now();
+      member->resume_generation = request.resume_generation;
+      member->resume_next_seq = std::move(request.resume_next_seq);
+      if (member->state() == MemberState::kReady) {
+        // A reconnect into a formed world (every member does it when the
+        // world moves to a new generation): nothing to wait for.
+        const auto level = WorldSize() <= kLoggedWorldSize
+                               ? spdlog::level::info
+                               : spdlog::level::debug;
+        spdlog::log(level, "rank {} reconnected (worker '{}', {})", rank,
+                    request.worker_id, request.address);
+        RegisterResult result{rank, generation_, SharedSnapshotLocked()};
+        deferred.push_back([&done, result = std::move(result)]() mutable {
+          done(std::move(result));
+        });
+      } else {
+        // A lost or departed member coming back joins anew.
+        roster_.SetState(rank, MemberState::kJoining);
+        const int live = roster_.live();
+        const bool milestone = WorldSize() <= kLoggedWorldSize ||
+                               live % std::max(1, WorldSize() / 16) == 0;
+        const auto level =
+            milestone ? spdlog::level::info : spdlog::level::debug;
+        if (spdlog::should_log(level)) {
+          spdlog::log(level, "rank {} registered (worker '{}', {}, {}); {}",
+                      rank, request.worker_id, request.address,
+                      DeviceName(request.device), DescribeMissingLocked());
         }
-        slot->address = request.address;
-        slot->host = request.host;
-        slot->device = request.device;
-        slot->last_seen = Now();
-        slot->resume_generation = request.resume_generation;
-        slot->resume_next_seq = std::move(request.resume_next_seq);
-        if (slot->state == MemberState::kReady) {
-          // A reconnect into a formed world: nothing to wait for.
-          spdlog::info("rank {} reconnected (worker '{}', {})", rank,
-                       request.worker_id, request.address);
-          RegisterResult result{
-              rank, generation_,
-              std::make_shared<const WorldInfo>(SnapshotLocked())};
-          deferred.push_back([&done, result = std::move(result)]() mutable {
-            done(std::move(result));
-          });
+        RegisterWaiter& waiter = register_waiters_[id];
+        waiter.rank = rank;
+        waiter.serial = member->serial;
+        waiter.done = std::move(done);
+        waiter.timeout = timeout;
+        member->register_waits.push_back(id);
+        if (roster_.complete()) {
+          FormWorldLocked(deferred);
         } else {
-          // A lost or departed member coming back joins anew.
-          slot->state = MemberState::kJoining;
-          spdlog::info("rank {} registered (worker '{}', {}, {}); {}", rank,
-                       request.worker_id, request.address,
-                       DeviceName(request.device), DescribeMissingLocked());
-          RegisterWaiter& waiter = register_waiters_[id];
-          waiter.rank = rank;
-          waiter.serial = slot->serial;
-          waiter.done = std::move(done);
-          waiter.timeout = timeout;
-          if (IsComplete()) {
-            FormWorldLocked(deferred);
-          } else {
-            waiter.timer =
-                timers_.ScheduleAfter(timeout, [this, id] { OnDeadline(id); });
-          }
+          waiter.timer =
+              timers_.ScheduleAfter(timeout, [this, id] { OnDeadline(id); });
         }
       }
     }
@@ -466,59 +369,18 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
   for (auto& f : deferred) f();
 }
 
-absl::StatusOr<HeartbeatResult> CoordinatorCore::Heartbeat(
-    const HeartbeatRequest& request) {
-  Deferred deferred;
-  absl::StatusOr<HeartbeatResult> result = HeartbeatImpl(request, deferred);
-  for (auto& f : deferred) f();
-  return result;
-}
-
-absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatImpl(
-    const HeartbeatRequest& request, Deferred& deferred) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (request.rank < 0 || request.rank >= WorldSize() ||
-      !slots_[request.rank].has_value() ||
-      slots_[request.rank]->worker_id != request.worker_id) {
-    return absl::NotFoundError(absl::StrCat(
-        "heartbeat: rank ", request.rank, " is not held by worker '",
-        request.worker_id, "'; register first"));
+void CoordinatorCore::FailRegisterWaitersLocked(Member& member,
+                                                const absl::Status& status,
+                                                Deferred& deferred) {
+  for (WaitId id : member.register_waits) {
+    auto it = register_waiters_.find(id);
+    if (it == register_waiters_.end()) continue;
+    timers_.Cancel(it->second.timer);
+    deferred.push_back(
+        [done = std::move(it->second.done), status] { done(status); });
+    register_waiters_.erase(it);
   }
-  Member& member = *slots_[request.rank];
-  if (member.state == MemberState::kLost ||
-      member.state == MemberState::kLeft) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("heartbeat: rank ", request.rank, " is ",
-                     std::string(MemberStateName(member.state)),
-                     " in generation ", generation_, "; re-register"));
-  }
-  // Even a stale heartbeat proves the process is alive.
-  member.last_seen = Now();
-  member.tensor_count = request.tensor_count;
-  member.tensor_bytes = request.tensor_bytes;
-  if (request.generation != generation_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("generation ", request.generation, " is over; current is ",
-                     generation_, "; re-register"));
-  }
-  if (!request.reform_reason.empty()) {
-    // Only a whole world re-forms at once; a degraded one re-forms when the
-    // missing rank comes back (Register does that).
-    if (StateLocked() == WorldState::kComplete) {
-      ++generation_;
-      spdlog::warn(
-          "generation {}: rank {} asked to re-form the world ({}); every rank "
-          "re-registers into it",
-          generation_, request.rank, request.reform_reason);
-      AbortWaitsLocked(
-          generation_ - 1,
-          absl::AbortedError(absl::StrCat("generation ", generation_ - 1,
-                                          " is over (current is ", generation_,
-                                          "); re-register")),
-          deferred);
-    }
-  }
-  return HeartbeatResult{generation_, StateLocked()};
+  member.register_waits.clear();
 }
 
 absl::StatusOr<int64_t> CoordinatorCore::Deregister(
@@ -528,9 +390,9 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
   {
     std::lock_guard<std::mutex> lock(mutex_);
     current = generation_;
-    if (rank < 0 || rank >= WorldSize() || !slots_[rank].has_value() ||
-        slots_[rank]->state == MemberState::kLeft ||
-        slots_[rank]->worker_id != worker_id) {
+    Member* member = roster_.Find(rank);
+    if (member == nullptr || member->state() == MemberState::kLeft ||
+        member->worker_id != worker_id) {
       return absl::NotFoundError(absl::StrCat("deregister: rank ", rank,
                                               " is not held by worker '",
                                               worker_id, "'"));
@@ -540,16 +402,15 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
           absl::StrCat("deregister: unknown generation ", generation,
                        " (current is ", generation_, ")"));
     }
-    Member& member = *slots_[rank];
-    if (member.state == MemberState::kJoining) {
+    if (member->state() == MemberState::kJoining) {
       // Never part of a formed world: just withdraw.
       FailRegisterWaitersLocked(
-          rank, member.serial,
+          *member,
           absl::AbortedError(absl::StrCat("rank ", rank, " deregistered")),
           deferred);
-      ClearSlotLocked(rank);
+      roster_.Clear(rank);
     } else {
-      member.state = MemberState::kLeft;
+      roster_.SetState(rank, MemberState::kLeft);
       ShrinkLocked(deferred);
     }
     spdlog::info("rank {} left (worker '{}')", rank, worker_id);
@@ -558,352 +419,22 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
   return current;
 }
 
-void CoordinatorCore::SweepLocked(Deferred& deferred) {
-  TimePoint now = Now();
-  bool lost = false;
-  for (int rank = 0; rank < WorldSize(); ++rank) {
-    auto& slot = slots_[rank];
-    if (!slot.has_value() || slot->state != MemberState::kReady) continue;
-    auto silent = now - slot->last_seen;
-    if (silent > options_.heartbeat_timeout) {
-      slot->state = MemberState::kLost;
-      lost = true;
-      spdlog::warn(
-          "rank {} (worker '{}', {}) lost: no heartbeat for {} ms; generation "
-          "{} degraded",
-          rank, slot->worker_id, slot->address, ToMillis(silent), generation_);
-      AbortWaitsLocked(generation_,
-                       absl::UnavailableError(absl::StrCat(
-                           "rank ", rank, " was lost (no heartbeat for ",
-                           ToMillis(silent), " ms); generation ", generation_,
-                           " re-forms when it or a replacement registers")),
-                       deferred);
-    }
-  }
-  if (lost) ShrinkLocked(deferred);
-}
-
-void CoordinatorCore::SweepLiveness() {
-  Deferred deferred;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    SweepLocked(deferred);
-  }
-  for (auto& f : deferred) f();
-}
-
-WorldInfo CoordinatorCore::GetWorld() {
-  Deferred deferred;
-  WorldInfo world;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    SweepLocked(deferred);
-    world = SnapshotLocked();
-  }
-  for (auto& f : deferred) f();
-  return world;
-}
-
-// ---------------------------------------------------------------------------
-// KV store
-
-absl::StatusOr<int64_t> CoordinatorCore::ResolveGeneration(
-    int64_t generation) const {
-  if (generation < 0 || generation > generation_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown generation ", generation, " (current is ", generation_, ")"));
-  }
-  return generation == 0 ? generation_ : generation;
-}
-
-absl::Status CoordinatorCore::ValidateValue(const std::string& value) const {
-  if (value.size() > options_.max_value_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value of ", value.size(), " bytes exceeds the limit of ",
-                     options_.max_value_bytes, " bytes (--max-value-bytes)"));
-  }
-  return absl::OkStatus();
-}
-
-void CoordinatorCore::NotifyKeyLocked(int64_t generation,
-                                      const std::string& key,
-                                      Deferred& deferred) {
-  auto it = kv_waiters_by_key_.find(Scope(generation, key));
-  if (it == kv_waiters_by_key_.end()) return;
-  for (WaitId id : it->second) {
-    auto w = kv_waiters_.find(id);
-    if (w == kv_waiters_.end()) continue;  // Finished some other way.
-    w->second.missing.erase(key);
-    if (!w->second.missing.empty()) continue;
-    timers_.Cancel(w->second.timer);
-    deferred.push_back(
-        [done = std::move(w->second.done), generation] { done(generation); });
-    kv_waiters_.erase(w);
-  }
-  kv_waiters_by_key_.erase(it);
-}
-
-void CoordinatorCore::DropKvWaiterLocked(WaitId id, const KvWaiter& waiter) {
-  for (const auto& key : waiter.missing) {
-    auto it = kv_waiters_by_key_.find(Scope(waiter.generation, key));
-    if (it == kv_waiters_by_key_.end()) continue;
-    std::erase(it->second, id);
-    if (it->second.empty()) kv_waiters_by_key_.erase(it);
-  }
-}
-
-absl::StatusOr<int64_t> CoordinatorCore::KvSet(int64_t generation,
-                                               const std::string& key,
-                                               std::string value) {
-  if (key.empty()) return absl::InvalidArgumentError("kv set: key is empty");
-  if (auto s = ValidateValue(value); !s.ok()) return s;
-  Deferred deferred;
-  int64_t gen;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto resolved = ResolveGeneration(generation);
-    if (!resolved.ok()) return resolved.status();
-    gen = *resolved;
-    kv_[Scope(gen, key)] = std::move(value);
-    NotifyKeyLocked(gen, key, deferred);
-  }
-  for (auto& f : deferred) f();
-  return gen;
-}
-
-absl::StatusOr<std::pair<int64_t, std::string>> CoordinatorCore::KvGet(
-    int64_t generation, const std::string& key) {
-  if (key.empty()) return absl::InvalidArgumentError("kv get: key is empty");
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto gen = ResolveGeneration(generation);
-  if (!gen.ok()) return gen.status();
-  auto it = kv_.find(Scope(*gen, key));
-  if (it == kv_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("kv get: key '", key, "' not found in generation ", *gen));
-  }
-  return std::make_pair(*gen, it->second);
-}
-
-void CoordinatorCore::KvWait(WaitId id, int64_t generation,
-                             std::vector<std::string> keys,
-                             std::chrono::milliseconds timeout,
-                             Callback<int64_t> done) {
-  for (const auto& key : keys) {
-    if (key.empty()) {
-      return done(absl::InvalidArgumentError("kv wait: a key is empty"));
-    }
-  }
-  if (timeout.count() < 0) {
-    return done(absl::InvalidArgumentError(
-        absl::StrCat("kv wait: timeout ", timeout.count(), " ms is negative")));
-  }
-  timeout = WaitTimeout(timeout);
-  absl::StatusOr<int64_t> immediate;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    immediate = ResolveGeneration(generation);
-    if (immediate.ok() && shutting_down_) {
-      immediate = absl::UnavailableError("coordinator is shutting down");
-    }
-    if (immediate.ok()) {
-      int64_t gen = *immediate;
-      std::set<std::string> missing;
-      for (auto& key : keys) {
-        if (!kv_.contains(Scope(gen, key))) missing.insert(std::move(key));
-      }
-      if (!missing.empty() && gen != generation_) {
-        immediate = absl::AbortedError(
-            absl::StrCat("kv wait: generation ", gen, " is over (current is ",
-                         generation_, "); re-register"));
-      } else if (!missing.empty()) {
-        for (const auto& key : missing) {
-          kv_waiters_by_key_[Scope(gen, key)].push_back(id);
-        }
-        KvWaiter& waiter = kv_waiters_[id];
-        waiter.generation = gen;
-        waiter.missing = std::move(missing);
-        waiter.done = std::move(done);
-        waiter.timeout = timeout;
-        waiter.timer =
-            timers_.ScheduleAfter(timeout, [this, id] { OnDeadline(id); });
-        return;
-      }
-    }
-  }
-  done(std::move(immediate));
-}
-
-absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::KvAdd(
-    int64_t generation, const std::string& key, int64_t delta) {
-  if (key.empty()) return absl::InvalidArgumentError("kv add: key is empty");
-  Deferred deferred;
-  int64_t gen;
-  int64_t value = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto resolved = ResolveGeneration(generation);
-    if (!resolved.ok()) return resolved.status();
-    gen = *resolved;
-    auto it = kv_.find(Scope(gen, key));
-    if (it != kv_.end() && !absl::SimpleAtoi(it->second, &value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("kv add: key '", key, "' holds a value that is not an ",
-                       "integer (", it->second.size(), " bytes)"));
-    }
-    if ((delta > 0 && value > std::numeric_limits<int64_t>::max() - delta) ||
-        (delta < 0 && value < std::numeric_limits<int64_t>::min() - delta)) {
-      return absl::OutOfRangeError(absl::StrCat("kv add: ", value, " + ", delta,
-                                                " overflows a 64-bit integer"));
-    }
-    value += delta;
-    kv_[Scope(gen, key)] = absl::StrCat(value);
-    NotifyKeyLocked(gen, key, deferred);
-  }
-  for (auto& f : deferred) f();
-  return std::make_pair(gen, value);
-}
-
-absl::StatusOr<CompareSetResult> CoordinatorCore::KvCompareSet(
-    int64_t generation, const std::string& key, const std::string& expected,
-    std::string desired) {
-  if (key.empty()) {
-    return absl::InvalidArgumentError("kv compare-set: key is empty");
-  }
-  if (auto s = ValidateValue(desired); !s.ok()) return s;
-  Deferred deferred;
-  CompareSetResult result;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto resolved = ResolveGeneration(generation);
-    if (!resolved.ok()) return resolved.status();
-    result.generation = *resolved;
-    Scope scope(*resolved, key);
-    auto it = kv_.find(scope);
-    bool matches = expected.empty() ? it == kv_.end()
-                                    : it != kv_.end() && it->second == expected;
-    if (matches) {
-      result.swapped = true;
-      result.value = desired;
-      kv_[scope] = std::move(desired);
-      NotifyKeyLocked(scope.first, key, deferred);
-    } else if (it != kv_.end()) {
-      result.value = it->second;
-    }
-  }
-  for (auto& f : deferred) f();
-  return result;
-}
-
-absl::StatusOr<std::pair<int64_t, bool>> CoordinatorCore::KvDelete(
-    int64_t generation, const std::string& key) {
-  if (key.empty()) return absl::InvalidArgumentError("kv delete: key is empty");
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto gen = ResolveGeneration(generation);
-  if (!gen.ok()) return gen.status();
-  bool deleted = kv_.erase(Scope(*gen, key)) > 0;
-  return std::make_pair(*gen, deleted);
-}
-
-// ---------------------------------------------------------------------------
-// Sequence numbers and unique ids
-
-absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::ReserveSequence(
-    int64_t generation, const std::string& group, int64_t count) {
-  if (count <= 0 || count > kMaxSequenceCount) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("reserve sequence: count must be in [1, ",
-                     kMaxSequenceCount, "], got ", count));
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto gen = ResolveGeneration(generation);
-  if (!gen.ok()) return gen.status();
-  int64_t& next = sequences_[Scope(*gen, GroupName(group))];
-  int64_t first = next;
-  next += count;
-  return std::make_pair(*gen, first);
-}
-
-absl::StatusOr<int64_t> CoordinatorCore::PostUniqueId(int64_t generation,
-                                                      const std::string& group,
-                                                      std::string unique_id) {
-  if (unique_id.empty() || unique_id.size() > kMaxUniqueIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("post unique id: the id must be 1 to ", kMaxUniqueIdBytes,
-                     " bytes, got ", unique_id.size()));
-  }
-  Deferred deferred;
-  int64_t gen;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto resolved = ResolveGeneration(generation);
-    if (!resolved.ok()) return resolved.status();
-    gen = *resolved;
-    Scope scope(gen, GroupName(group));
-    auto [it, inserted] = unique_ids_.emplace(scope, unique_id);
-    if (!inserted) {
-      if (it->second == unique_id) return gen;  // A retried post.
-      return absl::AlreadyExistsError(
-          absl::StrCat("post unique id: group '", scope.second,
-                       "' of generation ", gen, " already has a different id"));
-    }
-    for (auto w = unique_id_waiters_.begin(); w != unique_id_waiters_.end();) {
-      if (w->second.scope != scope) {
-        ++w;
-        continue;
-      }
-      timers_.Cancel(w->second.timer);
-      deferred.push_back([done = std::move(w->second.done), gen, unique_id] {
-        done(UniqueIdResult{gen, unique_id});
-      });
-      w = unique_id_waiters_.erase(w);
-    }
-  }
-  for (auto& f : deferred) f();
-  return gen;
-}
-
-void CoordinatorCore::GetUniqueId(WaitId id, int64_t generation,
-                                  const std::string& group,
-                                  std::chrono::milliseconds timeout,
-                                  Callback<UniqueIdResult> done) {
-  if (timeout.count() < 0) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-        "get unique id: timeout ", timeout.count(), " ms is negative")));
-  }
-  timeout = WaitTimeout(timeout);
-  absl::StatusOr<UniqueIdResult> immediate;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto gen = ResolveGeneration(generation);
-    if (!gen.ok()) {
-      immediate = gen.status();
-    } else {
-      Scope scope(*gen, GroupName(group));
-      auto it = unique_ids_.find(scope);
-      if (it != unique_ids_.end()) {
-        immediate = UniqueIdResult{*gen, it->second};
-      } else if (shutting_down_) {
-        immediate = absl::UnavailableError("coordinator is shutting down");
-      } else if (*gen != generation_) {
-        immediate = absl::AbortedError(
-            absl::StrCat("get unique id: generation ", *gen,
-                         " is over (current is ", generation_, ")"));
-      } else {
-        UniqueIdWaiter& waiter = unique_id_waiters_[id];
-        waiter.scope = std::move(scope);
-        waiter.done = std::move(done);
-        waiter.timer =
-            timers_.ScheduleAfter(timeout, [this, id] { OnDeadline(id); });
-        return;
-      }
-    }
-  }
-  done(std::move(immediate));
-}
-
 // ---------------------------------------------------------------------------
 // Ending parked calls
+
+void CoordinatorCore::WithdrawLocked(WaitId id, RegisterWaiter& waiter,
+                                     std::string_view why) {
+  timers_.Cancel(waiter.timer);
+  Member* member = roster_.Find(waiter.rank);
+  if (member == nullptr || member->serial != waiter.serial) return;
+  std::erase(member->register_waits, id);
+  if (member->state() == MemberState::kJoining &&
+      member->register_waits.empty()) {
+    spdlog::info("rank {} (worker '{}') withdrawn: {}", waiter.rank,
+                 member->worker_id, why);
+    roster_.Clear(waiter.rank);
+  }
+}
 
 void CoordinatorCore::OnDeadline(WaitId id) {
   std::function<void()> finish;
@@ -916,84 +447,29 @@ void CoordinatorCore::OnDeadline(WaitId id) {
           absl::StrCat("register: world incomplete after ",
                        waiter.timeout.count(), " ms: ", DescribeMissingLocked(),
                        "; rank ", waiter.rank, " released");
-      auto& slot = slots_[waiter.rank];
-      bool still_pending = std::any_of(
-          register_waiters_.begin(), register_waiters_.end(), [&](auto& w) {
-            return w.second.rank == waiter.rank &&
-                   w.second.serial == waiter.serial;
-          });
-      // Withdraw, so that a retry (or another worker) can take the rank.
-      if (slot.has_value() && slot->serial == waiter.serial &&
-          slot->state == MemberState::kJoining && !still_pending) {
-        spdlog::info("rank {} (worker '{}') withdrawn: {}", waiter.rank,
-                     slot->worker_id, message);
-        ClearSlotLocked(waiter.rank);
-      }
+      WithdrawLocked(id, waiter, message);
       finish = [done = std::move(waiter.done), message] {
         done(absl::DeadlineExceededError(message));
       };
-    } else if (auto it = kv_waiters_.find(id); it != kv_waiters_.end()) {
-      KvWaiter waiter = std::move(it->second);
-      kv_waiters_.erase(it);
-      DropKvWaiterLocked(id, waiter);
-      std::string message =
-          absl::StrCat("kv wait: timed out after ", waiter.timeout.count(),
-                       " ms in generation ", waiter.generation,
-                       "; missing keys: ", absl::StrJoin(waiter.missing, ", "));
-      finish = [done = std::move(waiter.done), message] {
-        done(absl::DeadlineExceededError(message));
-      };
-    } else if (auto it = unique_id_waiters_.find(id);
-               it != unique_id_waiters_.end()) {
-      UniqueIdWaiter waiter = std::move(it->second);
-      unique_id_waiters_.erase(it);
-      std::string message = absl::StrCat(
-          "get unique id: nothing posted for group '", waiter.scope.second,
-          "' of generation ", waiter.scope.first, " before the deadline");
-      finish = [done = std::move(waiter.done), message] {
-        done(absl::DeadlineExceededError(message));
-      };
+    } else {
+      finish = kv_.Expire(id);
     }
   }
   if (finish) finish();
 }
 
 void CoordinatorCore::Cancel(WaitId id) {
+  const absl::Status cancelled = absl::CancelledError("the caller went away");
   std::function<void()> finish;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    absl::Status cancelled = absl::CancelledError("the caller went away");
     if (auto it = register_waiters_.find(id); it != register_waiters_.end()) {
       RegisterWaiter waiter = std::move(it->second);
       register_waiters_.erase(it);
-      timers_.Cancel(waiter.timer);
-      auto& slot = slots_[waiter.rank];
-      bool still_pending = std::any_of(
-          register_waiters_.begin(), register_waiters_.end(), [&](auto& w) {
-            return w.second.rank == waiter.rank &&
-                   w.second.serial == waiter.serial;
-          });
-      if (slot.has_value() && slot->serial == waiter.serial &&
-          slot->state == MemberState::kJoining && !still_pending) {
-        spdlog::info("rank {} (worker '{}') withdrawn: registration cancelled",
-                     waiter.rank, slot->worker_id);
-        ClearSlotLocked(waiter.rank);
-      }
+      WithdrawLocked(id, waiter, "registration cancelled");
       finish = [done = std::move(waiter.done), cancelled] { done(cancelled); };
-    } else if (auto it = kv_waiters_.find(id); it != kv_waiters_.end()) {
-      timers_.Cancel(it->second.timer);
-      DropKvWaiterLocked(id, it->second);
-      finish = [done = std::move(it->second.done), cancelled] {
-        done(cancelled);
-      };
-      kv_waiters_.erase(it);
-    } else if (auto it = unique_id_waiters_.find(id);
-               it != unique_id_waiters_.end()) {
-      timers_.Cancel(it->second.timer);
-      finish = [done = std::move(it->second.done), cancelled] {
-        done(cancelled);
-      };
-      unique_id_waiters_.erase(it);
+    } else {
+      finish = kv_.Cancel(id, cancelled);
     }
   }
   if (finish) finish();
@@ -1004,24 +480,18 @@ void CoordinatorCore::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutting_down_ = true;
-    absl::Status status =
+    const absl::Status status =
         absl::UnavailableError("coordinator is shutting down");
-    for (auto& [id, w] : register_waiters_) {
-      timers_.Cancel(w.timer);
-      deferred.push_back([done = std::move(w.done), status] { done(status); });
-    }
-    for (auto& [id, w] : kv_waiters_) {
-      timers_.Cancel(w.timer);
-      deferred.push_back([done = std::move(w.done), status] { done(status); });
-    }
-    for (auto& [id, w] : unique_id_waiters_) {
-      timers_.Cancel(w.timer);
-      deferred.push_back([done = std::move(w.done), status] { done(status); });
+    for (auto& [id, waiter] : register_waiters_) {
+      timers_.Cancel(waiter.timer);
+      deferred.push_back(
+          [done = std::move(waiter.done), status] { done(status); });
     }
     register_waiters_.clear();
-    kv_waiters_.clear();
-    kv_waiters_by_key_.clear();
-    unique_id_waiters_.clear();
+    for (int rank = 0; rank < WorldSize(); ++rank) {
+      if (Member* member = roster_.Find(rank)) member->register_waits.clear();
+    }
+    kv_.FailAll(status, deferred);
   }
   for (auto& f : deferred) f();
 }

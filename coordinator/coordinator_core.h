@@ -2,6 +2,11 @@
 // KV store, per-group sequence numbers and the NCCL unique id handout. It
 // knows nothing of gRPC; the adapter (coordinator_service.h) converts.
 //
+// One class, one lock, in rooms: generations, registration and parked calls
+// (coordinator_core.cc), heartbeats and liveness (coordinator_liveness.cc,
+// policy in heartbeat_policy.h), the KV calls (coordinator_kv.cc); the
+// state lives in a Roster (roster.h) and a KvSpace (kv_space.h).
+//
 // Threading contract: every method may be called from any thread. Calls that
 // may have to wait (Register, KvWait, GetUniqueId) never block: they take a
 // `done` callback that runs exactly once, either inline before the call
@@ -17,7 +22,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -27,20 +31,23 @@
 #include "absl/status/statusor.h"
 #include "common/timer_queue.h"
 #include "common/types.h"
+#include "coordinator/heartbeat_policy.h"
+#include "coordinator/kv_space.h"
+#include "coordinator/roster.h"
+#include "coordinator/types.h"
 
 namespace ccl::coordinator {
 
-enum class MemberState { kJoining, kReady, kLost, kLeft };
-enum class WorldState { kForming, kComplete, kDegraded };
-
-std::string_view MemberStateName(MemberState state);
-std::string_view WorldStateName(WorldState state);
-
 struct CoordinatorOptions {
   int world_size = 0;
+  // The heartbeat period and the silence after which a ready member becomes
+  // LOST, for worlds small enough that their heartbeats stay within
+  // max_heartbeat_rate; larger worlds are told a longer interval and
+  // timeout (heartbeat_policy.h). WorldInfo says what applies.
   std::chrono::milliseconds heartbeat_interval{1000};
-  // A ready member not heard from for this long becomes LOST.
   std::chrono::milliseconds heartbeat_timeout{10000};
+  // Heartbeats a second the whole world may send; <= 0: no limit.
+  int64_t max_heartbeat_rate = 4096;
   // Used when a Register, KvWait or GetUniqueId asks for timeout 0.
   std::chrono::milliseconds default_wait_timeout{300000};
   size_t max_value_bytes = 1 << 20;
@@ -122,25 +129,21 @@ struct HeartbeatResult {
   WorldState world_state = WorldState::kForming;
 };
 
-struct CompareSetResult {
+// The coordinator's size, for the scale benchmark and metrics.
+struct CoordinatorStats {
+  int world_size = 0;
   int64_t generation = 0;
-  bool swapped = false;
-  // The value now stored; empty when the key is absent.
-  std::string value;
-};
-
-struct UniqueIdResult {
-  int64_t generation = 0;
-  std::string unique_id;
+  int live_members = 0;
+  int64_t parked_registrations = 0;
+  KvStats kv;
 };
 
 class CoordinatorCore {
  public:
-  // Identifies a parked call so that its caller can cancel it (the client
-  // went away). Allocate with NewWaitId before parking.
-  using WaitId = uint64_t;
+  // Allocate with NewWaitId before parking a call.
+  using WaitId = coordinator::WaitId;
   template <typename T>
-  using Callback = std::function<void(absl::StatusOr<T>)>;
+  using Callback = coordinator::Callback<T>;
 
   static absl::StatusOr<std::unique_ptr<CoordinatorCore>> Create(
       CoordinatorOptions options);
@@ -163,15 +166,20 @@ class CoordinatorCore {
   absl::StatusOr<int64_t> Deregister(int rank, int64_t generation,
                                      const std::string& worker_id);
   WorldInfo GetWorld();
+  CoordinatorStats Stats();
 
   // KV calls take the request's generation (0 = current) and return the
-  // generation they acted on.
+  // generation they acted on. Only the current generation and the one it
+  // replaced have data; naming an older one is FAILED_PRECONDITION.
   absl::StatusOr<int64_t> KvSet(int64_t generation, const std::string& key,
                                 std::string value);
   absl::StatusOr<std::pair<int64_t, std::string>> KvGet(int64_t generation,
                                                         const std::string& key);
+  // With `with_values`, the result carries the keys' values: a wait and
+  // the gets after it in one call.
   void KvWait(WaitId id, int64_t generation, std::vector<std::string> keys,
-              std::chrono::milliseconds timeout, Callback<int64_t> done);
+              std::chrono::milliseconds timeout, bool with_values,
+              Callback<KvWaitResult> done);
   // Returns (generation, new value).
   absl::StatusOr<std::pair<int64_t, int64_t>> KvAdd(int64_t generation,
                                                     const std::string& key,
@@ -206,22 +214,8 @@ class CoordinatorCore {
 
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
-  // Closures collected under the lock and run after it is released.
-  using Deferred = std::vector<std::function<void()>>;
+  using Member = Roster::Member;
 
-  struct Member {
-    uint64_t serial = 0;  // Tells registrations of one rank apart.
-    std::string address;
-    std::string host;
-    Device device;
-    MemberState state = MemberState::kJoining;
-    TimePoint last_seen;
-    std::string worker_id;
-    int64_t tensor_count = 0;
-    int64_t tensor_bytes = 0;
-    int64_t resume_generation = 0;
-    std::map<std::string, int64_t> resume_next_seq;
-  };
   struct RegisterWaiter {
     int rank = 0;
     uint64_t serial = 0;
@@ -229,53 +223,37 @@ class CoordinatorCore {
     TimerQueue::TimerId timer = 0;
     std::chrono::milliseconds timeout{0};
   };
-  using Scope = std::pair<int64_t, std::string>;  // (generation, key/group)
-  struct KvWaiter {
-    int64_t generation = 0;
-    std::set<std::string> missing;
-    Callback<int64_t> done;
-    TimerQueue::TimerId timer = 0;
-    std::chrono::milliseconds timeout{0};
-  };
-  struct UniqueIdWaiter {
-    Scope scope;
-    Callback<UniqueIdResult> done;
-    TimerQueue::TimerId timer = 0;
-  };
 
   explicit CoordinatorCore(CoordinatorOptions options);
 
   TimePoint Now() const;
-  // The current number of ranks: the configured size, less what an elastic
-  // shrink removed.
-  int WorldSize() const;
-  void ShrinkLocked(Deferred& deferred);
-  absl::StatusOr<HeartbeatResult> HeartbeatImpl(const HeartbeatRequest& request,
-                                                Deferred& deferred);
+  int WorldSize() const { return roster_.size(); }
+  HeartbeatTiming Timing() const;
   std::chrono::milliseconds WaitTimeout(std::chrono::milliseconds requested);
-  absl::StatusOr<int64_t> ResolveGeneration(int64_t generation) const;
 
-  bool IsLive(const std::optional<Member>& slot) const;
-  bool IsComplete() const;
+  // Starts generation `next`: the KV store fails the parked calls of the
+  // ones before it with ABORTED and drops old data.
+  void StartGenerationLocked(int64_t next, Deferred& deferred);
+  void ShrinkLocked(Deferred& deferred);
+  absl::StatusOr<HeartbeatResult> HeartbeatLocked(
+      const HeartbeatRequest& request, Deferred& deferred);
   WorldState StateLocked() const;
   WorldInfo SnapshotLocked() const;
+  // The snapshot Register replies share: rebuilt only when the roster or
+  // the generation changed since the last one, so that a whole world
+  // re-registering into a new generation does not copy the world per rank.
+  // Its heartbeat ages are those of when it was taken.
+  std::shared_ptr<const WorldInfo> SharedSnapshotLocked();
   std::string DescribeMissingLocked() const;
   void SweepLocked(Deferred& deferred);
   void FormWorldLocked(Deferred& deferred);
-  // Fails the parked KV and unique-id waits of `generation` (a rendezvous
-  // that can no longer complete: the generation is over, or a member of it
-  // was lost), so that workers re-join at once instead of at their timeout.
-  void AbortWaitsLocked(int64_t generation, const absl::Status& why,
-                        Deferred& deferred);
-  void ClearSlotLocked(int rank);
-  void FailRegisterWaitersLocked(int rank, uint64_t serial,
-                                 const absl::Status& status,
+  // Ends one parked Register (deadline or cancel): withdraws the rank when
+  // it was that registration's last parked call, so that a retry (or
+  // another worker) can take it.
+  void WithdrawLocked(WaitId id, RegisterWaiter& waiter, std::string_view why);
+  void FailRegisterWaitersLocked(Member& member, const absl::Status& status,
                                  Deferred& deferred);
   absl::Status ValidateValue(const std::string& value) const;
-  void NotifyKeyLocked(int64_t generation, const std::string& key,
-                       Deferred& deferred);
-  // Unhooks a KV waiter that ends without its keys (deadline, cancel).
-  void DropKvWaiterLocked(WaitId id, const KvWaiter& waiter);
   void OnDeadline(WaitId id);
   void ScheduleSweep();
 
@@ -286,17 +264,12 @@ class CoordinatorCore {
   WaitId next_wait_id_ = 1;
   uint64_t next_serial_ = 1;
   int64_t generation_ = 0;
-  std::vector<std::optional<Member>> slots_;
-  std::unordered_map<std::string, int> rank_of_worker_;
+  Roster roster_;
+  std::shared_ptr<const WorldInfo> snapshot_;
+  uint64_t snapshot_version_ = 0;
+  int64_t snapshot_generation_ = -1;
   std::unordered_map<WaitId, RegisterWaiter> register_waiters_;
-
-  std::map<Scope, std::string> kv_;
-  std::unordered_map<WaitId, KvWaiter> kv_waiters_;
-  std::map<Scope, std::vector<WaitId>> kv_waiters_by_key_;
-
-  std::map<Scope, int64_t> sequences_;
-  std::map<Scope, std::string> unique_ids_;
-  std::unordered_map<WaitId, UniqueIdWaiter> unique_id_waiters_;
+  KvSpace kv_;
 
   // Last, so that it is destroyed first: its thread runs callbacks that use
   // everything above.

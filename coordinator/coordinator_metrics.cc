@@ -20,6 +20,22 @@ void RegisterCoordinatorMetrics(MetricsRegistry& registry,
                          "Members of the current generation by state.");
   (void)registry.Declare("ccl_coordinator_heartbeat_age_seconds", Type::kGauge,
                          "Seconds since each rank was last heard from.");
+  (void)registry.Declare("ccl_coordinator_kv_generations", Type::kGauge,
+                         "Generations whose KV data is held (at most 2).");
+  (void)registry.Declare("ccl_coordinator_kv_keys", Type::kGauge,
+                         "KV keys, sequence counters and unique ids held.");
+  (void)registry.Declare("ccl_coordinator_kv_bytes", Type::kGauge,
+                         "Bytes of the KV keys and values held.");
+  (void)registry.Declare("ccl_coordinator_parked_calls", Type::kGauge,
+                         "Register, KV wait and unique-id calls waiting.");
+  registry.AddCollector([&core](MetricsRegistry& r) {
+    const CoordinatorStats stats = core.Stats();
+    r.Set("ccl_coordinator_kv_generations", {}, stats.kv.generations);
+    r.Set("ccl_coordinator_kv_keys", {}, static_cast<double>(stats.kv.keys));
+    r.Set("ccl_coordinator_kv_bytes", {}, static_cast<double>(stats.kv.bytes));
+    r.Set("ccl_coordinator_parked_calls", {},
+          static_cast<double>(stats.kv.parked + stats.parked_registrations));
+  });
   registry.AddCollector([&core](MetricsRegistry& r) {
     const WorldInfo world = core.GetWorld();
     r.Set("ccl_coordinator_world_size", {}, world.world_size);

@@ -66,13 +66,22 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-v1::World ToProto(const WorldInfo& world) {
+namespace {
+
+v1::World ToProtoHeader(const WorldInfo& world) {
   v1::World out;
   out.set_generation(world.generation);
   out.set_world_size(world.world_size);
   out.set_state(ToProto(world.state));
   out.set_heartbeat_interval_ms(world.heartbeat_interval_ms);
   out.set_heartbeat_timeout_ms(world.heartbeat_timeout_ms);
+  return out;
+}
+
+}  // namespace
+
+v1::World ToProto(const WorldInfo& world) {
+  v1::World out = ToProtoHeader(world);
   out.mutable_members()->Reserve(static_cast<int>(world.members.size()));
   for (const MemberInfo& m : world.members) {
     v1::Member* pm = out.add_members();
@@ -94,12 +103,17 @@ std::shared_ptr<const v1::World> CoordinatorService::WorldProto(
   std::lock_guard<std::mutex> lock(cache_mutex_);
   if (world != cached_world_) {
     cached_world_ = world;
-    cached_world_proto_ = std::make_shared<const v1::World>(ToProto(*world));
-    auto header = std::make_shared<v1::World>(*cached_world_proto_);
-    header->clear_members();
-    cached_world_header_ = std::move(header);
+    cached_world_header_ =
+        std::make_shared<const v1::World>(ToProtoHeader(*world));
+    cached_world_proto_.reset();
   }
-  return include_members ? cached_world_proto_ : cached_world_header_;
+  if (!include_members) return cached_world_header_;
+  // Built on first demand: workers do not ask for the member list, and a
+  // world of 16k members is megabytes.
+  if (cached_world_proto_ == nullptr) {
+    cached_world_proto_ = std::make_shared<const v1::World>(ToProto(*world));
+  }
+  return cached_world_proto_;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Register(
@@ -193,9 +207,16 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(
   auto* reactor = new ParkedReactor(core_);
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   core_.KvWait(reactor->id(), request->generation(), std::move(keys),
-               milliseconds(request->timeout_ms()),
-               [reactor, response](absl::StatusOr<int64_t> r) {
-                 if (r.ok()) response->set_generation(*r);
+               milliseconds(request->timeout_ms()), request->include_values(),
+               [reactor, response](absl::StatusOr<KvWaitResult> r) {
+                 if (r.ok()) {
+                   response->set_generation(r->generation);
+                   response->mutable_values()->Reserve(
+                       static_cast<int>(r->values.size()));
+                   for (const auto& value : r->values) {
+                     response->add_values(*value);
+                   }
+                 }
                  reactor->Finish(ToGrpcStatus(r.status()));
                });
   return reactor;

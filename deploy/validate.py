@@ -464,6 +464,31 @@ def validate_compose(root):
                      "one nvidia GPU")
             if not str(svc["environment"].get("CCL_DEVICE")).startswith("cuda"):
                 fail(f"compose:{name}", "a GPU worker must use a cuda device")
+    for name, svc in services.items():
+        # The stack is plaintext: nothing published beyond the host's
+        # loopback unless the operator opts in (CCL_PUBLISH_ADDRESS).
+        for port in svc.get("ports", []):
+            text = port if isinstance(port, str) else (
+                f"{port.get('host_ip', '')}:{port.get('published')}")
+            if not str(text).startswith("127.0.0.1:"):
+                fail(f"compose:{name}", f"port {text} is published beyond "
+                     "127.0.0.1 by default")
+    secure = os.path.join(root, "deploy", "compose", "compose.secure.yaml")
+    if os.path.exists(secure):
+        result = run([compose, "-f", path, "-f", secure, "--profile", "cpu",
+                      "--profile", "gpu", "--profile", "ctl", "config"])
+        if result.returncode != 0:
+            fail("compose.secure.yaml", result.stderr.strip())
+        else:
+            for name, svc in yaml.safe_load(result.stdout)["services"].items():
+                env = svc.get("environment") or {}
+                check_env_names(root, f"compose.secure:{name}", env)
+                command = svc.get("command") or svc.get("entrypoint") or []
+                if command and command[0] in ("cccoord", "ccworker"):
+                    if truthy(env.get("CCL_INSECURE", "")) or \
+                            not env.get("CCL_TLS_CERT"):
+                        fail(f"compose.secure:{name}", "a daemon without TLS")
+                    check_starts_secure(f"compose.secure:{name}", command, env)
     for profile in ("cpu", "gpu"):
         workers = [s for s in services.values()
                    if profile in s.get("profiles", [])]
@@ -532,18 +557,23 @@ def lint_dockerfile(root, path, shellcheck, patterns):
     with open(path) as f:
         instructions = parse_dockerfile(f.read())
     stages, user, shell = [], None, ["/bin/sh", "-c"]
-    build_args = set()
+    build_args = {}
     for number, word, args in instructions:
         where = f"{name}:{number}"
         if word != word.upper() or word not in INSTRUCTIONS:
             fail(where, f"unknown instruction '{word}'")
             continue
         if word == "ARG":
-            build_args.add(args.split("=")[0])
+            name_, _, default = args.partition("=")
+            build_args[name_] = default.strip('"')
         elif word == "FROM":
             parts = args.split()
             image = parts[0]
-            resolved = re.sub(r"\$\{(\w+)\}", "X", image)
+            # A variable stands for its ARG default: FROM ${IMAGE} pins a
+            # tag when the default does.
+            resolved = re.sub(r"\$\{(\w+)\}",
+                              lambda m: build_args.get(m.group(1)) or "X",
+                              image)
             if image not in stages and ":" not in resolved:
                 fail(where, f"FROM {image}: pin a tag (DL3006)")
             if resolved.endswith(":latest"):
@@ -618,6 +648,37 @@ def lint_dockerfile(root, path, shellcheck, patterns):
           f"{len(stages) + 1} stages")
 
 
+def shared_build_steps(path):
+    """The instructions of stage `build` up to its first cmake RUN."""
+    with open(path) as f:
+        instructions = parse_dockerfile(f.read())
+    steps, inside = [], False
+    for _, word, args in instructions:
+        if word == "FROM":
+            if inside:
+                break
+            inside = args.split()[-1] == "build"
+        if inside:
+            steps.append((word, args))
+            if word == "RUN" and args.startswith("cmake "):
+                return steps
+    return None
+
+
+def check_shared_build(root):
+    # Dockerfile.cuda-debian starts as Dockerfile.cpu does, so that the layer
+    # cache compiles the CUDA-independent part once for both images.
+    cpu = os.path.join(root, "docker", "Dockerfile.cpu")
+    cuda = os.path.join(root, "docker", "Dockerfile.cuda-debian")
+    if not os.path.exists(cuda):
+        return
+    a, b = shared_build_steps(cpu), shared_build_steps(cuda)
+    if a is None or a != b:
+        fail("docker/Dockerfile.cuda-debian", "its build stage no longer "
+             "starts with Dockerfile.cpu's (FROM to the first cmake RUN, "
+             "identical), so the CPU image's compile is not reused")
+
+
 def validate_docker(root):
     shellcheck = tool("SHELLCHECK", "shellcheck")
     patterns = dockerignore_patterns(root)
@@ -627,6 +688,7 @@ def validate_docker(root):
         fail("docker/", "expected a CPU and a CUDA Dockerfile")
     for name in files:
         lint_dockerfile(root, os.path.join(docker, name), shellcheck, patterns)
+    check_shared_build(root)
     for name in sorted(os.listdir(docker)):
         if name.endswith(".sh"):
             result = run([shellcheck, os.path.join(docker, name)])

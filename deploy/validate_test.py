@@ -63,6 +63,14 @@ CASES = [
      "RUN test $UNQUOTED = 1\nUSER 10001:10001", "shellcheck"),
     ("docker/Dockerfile.cuda", "CMD [\"ccworker\", \"--help\"]",
      "CMD ccworker --help", "exec (JSON) form"),
+    ("docker/Dockerfile.cuda-debian", "--target cccoord ccctl\n",
+     "--target cccoord\n", "no longer starts with Dockerfile.cpu's"),
+    ("docker/Dockerfile.cuda-debian", "ARG CUDA_TOOLKIT_IMAGE=ccl-cuda-toolkit:13.0",
+     "ARG CUDA_TOOLKIT_IMAGE=ccl-cuda-toolkit", "pin a tag"),
+    ("deploy/compose/compose.yaml", "${CCL_PUBLISH_ADDRESS:-127.0.0.1}:${CCL_METRICS",
+     "${CCL_METRICS", "published beyond 127.0.0.1"),
+    ("deploy/compose/compose.secure.yaml", "  CCL_TLS_CERT: /run/secrets/ccl_cert\n",
+     "", "a daemon without TLS"),
 ]
 
 

@@ -9,7 +9,9 @@ workers=${WORKERS:-4}
 keep=0
 [[ "${1:-}" == "--keep" ]] && keep=1
 
-"$root/scripts/build.sh"
+# Only what it runs: the tests' binaries are most of the build, and
+# scripts/test.sh builds them when it needs them.
+"$root/scripts/build.sh" cccoord ccworker ccctl
 ccctl="$build_dir/client/ccctl"
 export CCCTL_STATE_DIR=${CCCTL_STATE_DIR:-$build_dir/cluster}
 

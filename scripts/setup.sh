@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages the build needs, only if any is missing.
-# Usage: scripts/setup.sh [--bench]   (--bench adds python3-torch for bench/peers)
-#        scripts/setup.sh --python    (only what the Python client needs)
+# Installs the Debian 12 packages the build and the tests need, only if any
+# is missing.
+# Usage: scripts/setup.sh [--build|--bench|--python]
+#   --build   only what configuring and building needs (scripts/quickstart.sh)
+#   --bench   adds python3-torch for bench/peers
+#   --python  only what the Python client needs (scripts/install-python.sh)
 set -euo pipefail
 
 # The Python client (client/python, scripts/install-python.sh) and its tests.
@@ -12,14 +15,18 @@ python_packages=(
 packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev libgtest-dev libgmock-dev
   libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
-  python3 python3-yaml
-  # Offline checks of deploy/ and docker/, promtool for the metrics test,
-  # openssl for the TLS tests' certificates.
-  docker-compose prometheus shellcheck openssl
 )
-packages+=("${python_packages[@]}")
+if [[ "${1:-}" != "--build" ]]; then
+  packages+=(
+    libbenchmark-dev python3-yaml
+    # Offline checks of deploy/ and docker/, promtool for the metrics test,
+    # openssl for the TLS tests' certificates.
+    docker-compose prometheus shellcheck openssl
+    "${python_packages[@]}"
+  )
+fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-matplotlib)
 elif [[ "${1:-}" == "--python" ]]; then
@@ -32,7 +39,7 @@ for p in "${packages[@]}"; do
 done
 # Debian's kubectl is in kubernetes-client; any kubectl already installed
 # (it would conflict on /usr/bin/kubectl) does as well.
-if [[ "${1:-}" != "--python" ]]; then
+if [[ "${1:-}" != "--build" && "${1:-}" != "--python" ]]; then
   command -v kubectl >/dev/null || missing+=(kubernetes-client)
 fi
 if ((${#missing[@]} == 0)); then

@@ -167,15 +167,16 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     return Fail(member.status(), true);
   }
   const int64_t element = static_cast<int64_t>(DTypeSize(*dtype));
-  const std::string in_name = absl::StrCat("ccctl.bench.", getpid(), ".in");
-  const std::string out_name = absl::StrCat("ccctl.bench.", getpid(), ".out");
+  const std::string prefix = TemporaryPrefix("bench");
+  const std::string in_name = prefix + "in";
+  const std::string out_name = prefix + "out";
   const bool reduction = IsReduction(op->kind);
   const bool rooted = HasRoot(op->kind);
 
+  // Both names on every member, whatever was allocated where: after a
+  // partial failure some ranks hold one or both, the rest answer NOT_FOUND.
   auto free_all = [&] {
-    for (const auto& name : {in_name, out_name}) {
-      (void)(*client)->Free(members, name);
-    }
+    return FreeTemporaries(**client, {{in_name, members}, {out_name, members}});
   };
   auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
     // On each worker's own device; zeros.
@@ -324,7 +325,7 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       row.e2e_p50_us = Percentile(times_us, 0.5);
       row.e2e_p99_us = Percentile(times_us, 0.99);
     }
-    free_all();
+    if (!free_all()) return kExitFailure;
     rows.push_back(row);
     if (factor <= 0 && step <= 0) break;
   }

@@ -94,6 +94,23 @@ bool ReportRankErrors(const RankResults<T>& results) {
   return failed;
 }
 
+// The prefix of one invocation's temporary tensors, "ccctl.<what>.<16 hex
+// digits>.": random per invocation, never the PID, because every ccctl in a
+// container is PID 1 and two ccctl at once must never share a name.
+std::string TemporaryPrefix(const std::string& what);
+
+// A temporary tensor and the ranks that may hold it.
+struct Temporary {
+  std::string name;
+  std::vector<int> ranks;
+};
+// Frees each temporary on each of its ranks, as cleanup after a command that
+// may have allocated it only on some of them: NOT_FOUND is expected there
+// and silent; any other failure is reported on stderr with the command that
+// frees it by hand. Returns false if any such failure.
+bool FreeTemporaries(ClusterClient& client,
+                     const std::vector<Temporary>& temporaries);
+
 void PrintJson(const nlohmann::json& document);
 
 }  // namespace ccl::ctl

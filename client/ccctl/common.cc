@@ -1,6 +1,8 @@
 #include <cstdlib>
 #include <fstream>
+#include <random>
 
+#include "absl/strings/str_format.h"
 #include "client/ccctl/ccctl.h"
 #include "client/ccctl/format.h"
 
@@ -51,6 +53,28 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals) {
   options.timeout = *timeout;
   options.group = globals.group;
   return ClusterClient::Connect(options);
+}
+
+std::string TemporaryPrefix(const std::string& what) {
+  std::random_device entropy;  // /dev/urandom: differs between processes
+  const uint64_t id = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+  return absl::StrFormat("ccctl.%s.%016x.", what, id);
+}
+
+bool FreeTemporaries(ClusterClient& client,
+                     const std::vector<Temporary>& temporaries) {
+  bool ok = true;
+  for (const auto& [name, ranks] : temporaries) {
+    for (const auto& r : client.Free(ranks, name)) {
+      if (r.result.ok() || absl::IsNotFound(r.result.status())) continue;
+      std::cerr << "ccctl: rank " << r.rank << ": could not free temporary "
+                << name << " (" << StatusText(r.result.status())
+                << "); free it with: ccctl tensor free " << name << " --ranks "
+                << r.rank << "\n";
+      ok = false;
+    }
+  }
+  return ok;
 }
 
 int Fail(const absl::Status& status, bool usage) {

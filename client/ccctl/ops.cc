@@ -1,6 +1,4 @@
 // The collective subcommands (allreduce ... barrier), send, recv, wait, test.
-#include <unistd.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -172,28 +170,36 @@ int RunCollective(Globals& globals, const OpCommand& command,
   // Hello world: temporary tensors holding rank+1, freed afterwards.
   const bool hello = args.tensor.empty() && args.input.empty() &&
                      command.kind != OpKind::kBarrier;
-  std::vector<std::string> temporaries;
+  std::vector<Temporary> temporaries;
   if (hello) {
     const Sizes sizes = HelloSizes(command.kind, world);
-    const std::string prefix = absl::StrCat("ccctl.", getpid(), ".");
+    const std::string prefix = TemporaryPrefix("op");
     auto alloc_all = [&](const std::string& name, int64_t numel,
                          FillKind fill) -> absl::Status {
       // On each worker's own device, which the world already names.
       const auto results =
           (*client)->Alloc((*client)->GroupRanks(),
                            TensorSpec{name, *dtype, {numel}}, Fill{fill});
+      // Every rank but one that already held the name is ours to free: a
+      // rank that failed may still have allocated (a deadline that passed
+      // after the worker acted), and the others did.
+      Temporary temporary{name, {}};
+      absl::Status status;
       for (const auto& r : results) {
-        if (!r.result.ok()) {
+        if (!absl::IsAlreadyExists(r.result.status())) {
+          temporary.ranks.push_back(r.rank);
+        }
+        if (!r.result.ok() && status.ok()) {
           // Which rank failed is what a person needs (a stopped or dead
           // worker shows up here first).
-          return absl::Status(
-              r.result.status().code(),
-              absl::StrCat("rank ", r.rank, ": allocating ", name, ": ",
-                           r.result.status().message()));
+          status =
+              absl::Status(r.result.status().code(),
+                           absl::StrCat("rank ", r.rank, ": allocating ", name,
+                                        ": ", r.result.status().message()));
         }
       }
-      temporaries.push_back(name);
-      return absl::OkStatus();
+      temporaries.push_back(std::move(temporary));
+      return status;
     };
     absl::Status status = alloc_all(prefix + "in", sizes.in_chunks * args.count,
                                     FillKind::kRankPlusOne);
@@ -204,9 +210,7 @@ int RunCollective(Globals& globals, const OpCommand& command,
     op.input = prefix + "in";
     if (sizes.out_chunks > 0) op.output = prefix + "out";
     if (!status.ok()) {
-      for (const auto& name : temporaries) {
-        (void)(*client)->Free((*client)->GroupRanks(), name);
-      }
+      FreeTemporaries(**client, temporaries);
       return Fail(status);
     }
   } else if (!args.tensor.empty()) {
@@ -240,10 +244,8 @@ int RunCollective(Globals& globals, const OpCommand& command,
       }
     }
   }
-  for (const auto& name : temporaries) {
-    (void)(*client)->Free((*client)->GroupRanks(), name);
-  }
-  return failed ? kExitFailure : kExitOk;
+  const bool freed = FreeTemporaries(**client, temporaries);
+  return failed || !freed ? kExitFailure : kExitOk;
 }
 
 struct P2PArgs {

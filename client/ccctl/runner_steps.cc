@@ -292,7 +292,7 @@ Outcome Runner::Bench(const Step& step) {
   const int n = client_.group_size();
   const std::vector<int>& members = client_.GroupRanks();
   const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
-  const std::string prefix = absl::StrCat("ccctl.run.", getpid(), ".bench.");
+  const std::string prefix = TemporaryPrefix("run.bench");
   nlohmann::json rows = nlohmann::json::array();
   outcome.lines.push_back(
       absl::StrFormat("%12s %12s %10s %12s %10s %10s %8s", "size(B)", "count",

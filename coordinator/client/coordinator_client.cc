@@ -107,6 +107,35 @@ absl::Status CoordinatorClient::KvWait(int64_t generation,
   return FromGrpcStatus(stub_->KvWait(context.get(), request, &response));
 }
 
+absl::StatusOr<std::vector<std::string>> CoordinatorClient::KvWaitGet(
+    int64_t generation, const std::vector<std::string>& keys,
+    std::chrono::milliseconds timeout) {
+  v1::KvWaitRequest request;
+  request.set_generation(generation);
+  for (const auto& key : keys) request.add_keys(key);
+  request.set_timeout_ms(timeout.count());
+  request.set_include_values(true);
+  v1::KvWaitResponse response;
+  auto context = Context(timeout);
+  absl::Status status =
+      FromGrpcStatus(stub_->KvWait(context.get(), request, &response));
+  if (!status.ok()) return status;
+  if (response.values_size() == static_cast<int>(keys.size())) {
+    return std::vector<std::string>(response.values().begin(),
+                                    response.values().end());
+  }
+  // An older coordinator ignored include_values; the keys exist now, and
+  // the generation the wait acted on still has them.
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) {
+    absl::StatusOr<std::string> value = KvGet(response.generation(), key);
+    if (!value.ok()) return value.status();
+    values.push_back(*std::move(value));
+  }
+  return values;
+}
+
 absl::StatusOr<int64_t> CoordinatorClient::ReserveSequence(
     int64_t generation, const std::string& group, int64_t count) {
   v1::ReserveSequenceRequest request;

@@ -41,6 +41,11 @@ class CoordinatorClient {
   absl::StatusOr<std::string> KvGet(int64_t generation, const std::string& key);
   absl::Status KvWait(int64_t generation, const std::vector<std::string>& keys,
                       std::chrono::milliseconds timeout);
+  // Waits for the keys and returns their values, in order: one round trip
+  // (two or more against a coordinator that predates KvWait's values).
+  absl::StatusOr<std::vector<std::string>> KvWaitGet(
+      int64_t generation, const std::vector<std::string>& keys,
+      std::chrono::milliseconds timeout);
 
   // First of `count` consecutive sequence numbers of `group`.
   absl::StatusOr<int64_t> ReserveSequence(int64_t generation,

@@ -11,8 +11,14 @@ absl::Status CoordinatorKvStore::Set(const std::string& key,
 
 absl::StatusOr<std::string> CoordinatorKvStore::Get(
     const std::string& key, std::chrono::milliseconds timeout) {
-  CCL_RETURN_IF_ERROR(client_.KvWait(generation_, {key}, timeout));
-  return client_.KvGet(generation_, key);
+  CCL_ASSIGN_OR_RETURN(std::vector<std::string> values,
+                       client_.KvWaitGet(generation_, {key}, timeout));
+  return std::move(values.front());
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorKvStore::GetMany(
+    const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  return client_.KvWaitGet(generation_, keys, timeout);
 }
 
 absl::Status CoordinatorKvStore::Wait(const std::vector<std::string>& keys,

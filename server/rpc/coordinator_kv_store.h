@@ -18,6 +18,9 @@ class CoordinatorKvStore final : public KvStore {
                                   std::chrono::milliseconds timeout) override;
   absl::Status Wait(const std::vector<std::string>& keys,
                     std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::string>> GetMany(
+      const std::vector<std::string>& keys,
+      std::chrono::milliseconds timeout) override;
 
  private:
   CoordinatorClient& client_;

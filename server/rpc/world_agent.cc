@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/heartbeat_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl {
@@ -135,8 +136,12 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
           std::max<int64_t>(50, registered->world().heartbeat_interval_ms()));
     }
     // From the first registration on: building the communicators may take
-    // long, and a silent member would be declared lost meanwhile.
-    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    // long, and a silent member would be declared lost meanwhile. The first
+    // beat is staggered by rank: every member joins at once.
+    const std::chrono::milliseconds first_beat =
+        coordinator::HeartbeatPhase(heartbeat_interval_, rank, world_size);
+    heartbeat_thread_ =
+        std::thread([this, first_beat] { HeartbeatLoop(first_beat); });
   }
   if (!first && generation == core_.generation() && rank == core_.rank() &&
       world_size == core_.world_size() && core_.CommunicatorHealth().ok()) {
@@ -206,14 +211,14 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
   }
 }
 
-void WorldAgent::HeartbeatLoop() {
+void WorldAgent::HeartbeatLoop(std::chrono::milliseconds first_beat) {
   // A broken communicator is reported at once rather than at the next
   // beat: the sooner the coordinator grants a new generation, the shorter
   // the window in which ops fail.
   constexpr std::chrono::milliseconds kHealthPoll(50);
   bool unreachable = false;
   int64_t reported_broken = -1;  // generation whose breakage was reported
-  Clock::time_point next_beat = Clock::now() + heartbeat_interval_;
+  Clock::time_point next_beat = Clock::now() + first_beat;
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex_);

@@ -75,7 +75,7 @@ class WorldAgent {
   absl::Status Rejoin(bool first, std::chrono::steady_clock::time_point give_up,
                       bool& registration_failed);
   Beat HeartbeatOnce();
-  void HeartbeatLoop();
+  void HeartbeatLoop(std::chrono::milliseconds first_beat);
   void SetState(const std::string& state);
   bool StopRequested();
 

@@ -31,6 +31,22 @@ std::string Slurp(const std::string& path) {
   return buffer.str();
 }
 
+// Names of ccctl's temporaries ("ccctl.*") that `tensor ls -o json` lists,
+// as "rank:name".
+std::vector<std::string> Temporaries(const std::string& ls_json) {
+  std::vector<std::string> found;
+  for (const auto& rank : nlohmann::json::parse(ls_json)) {
+    if (!rank.contains("tensors")) continue;
+    for (const auto& tensor : rank["tensors"]) {
+      const std::string name = tensor["spec"]["name"].get<std::string>();
+      if (name.rfind("ccctl.", 0) == 0) {
+        found.push_back(absl::StrCat(rank["rank"].get<int>(), ":", name));
+      }
+    }
+  }
+  return found;
+}
+
 class CcctlTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -332,6 +348,137 @@ TEST(CcctlClusterTest, UpRunsACollectiveAndDownStopsEverything) {
   // Without a cluster, commands fail with the status name, not a hang.
   EXPECT_EQ(run("--timeout 1s status"), 1);
   fs::remove_all(state);
+}
+
+// Commands that make temporary tensors free them, and several ccctl at once
+// never collide on a name (the names were once the PID, and every ccctl in a
+// container is PID 1).
+// Its own cluster: the shared one may be re-forming after an earlier test's
+// lone recv, and an op then fails for reasons that are not this test's.
+TEST(CcctlCleanupTest, TemporariesAreUniqueAndFreed) {
+  testing::LocalClusterOptions options;
+  options.workers = 4;
+  auto started = testing::LocalCluster::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<testing::LocalCluster> cluster = *std::move(started);
+  const fs::path dir = fs::temp_directory_path() /
+                       absl::StrCat("ccctl_temporaries_test.", getpid());
+  fs::create_directories(dir);
+  const auto binary = testing::BinaryPath("ccctl");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  auto ccctl = [&](const std::string& args) {
+    const std::string out = (dir / "out").string(), err = (dir / "err").string();
+    const int status = std::system(
+        absl::StrCat("CCCTL_STATE_DIR=", (dir / "state").string(), " ", *binary,
+                     " --coordinator ", cluster->coordinator_address(), " ",
+                     args, " >", out, " 2>", err, " </dev/null")
+            .c_str());
+    return Result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out),
+                  Slurp(err)};
+  };
+  std::string script;
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&script, *binary, " --coordinator ",
+                    cluster->coordinator_address(),
+                    " allreduce --op sum --count 1000 >", (dir / "par").string(),
+                    i, " 2>&1 </dev/null & ");
+  }
+  // Exit 1 unless all four succeeded.
+  absl::StrAppend(&script, "ok=0; for j in 1 2 3 4; do wait -n || ok=1; done; ",
+                  "exit $ok");
+  const int status = std::system(("bash -c '" + script + "'").c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int i = 0; i < 4; ++i) {
+    const std::string out = Slurp((dir / absl::StrCat("par", i)).string());
+    EXPECT_NE(out.find("[10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, ...]"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_EQ(ccctl("allgather").exit_code, 0);
+  EXPECT_EQ(ccctl("alltoall --async").exit_code, 0);
+  EXPECT_EQ(ccctl("bench reduce_scatter -b 64 -e 256 -n 1 -w 0").exit_code, 0);
+  const fs::path experiment = dir / "bench.yaml";
+  std::ofstream(experiment)
+      << "name: bench\nsteps:\n"
+         "  - bench: {op: all_reduce, minbytes: 64, maxbytes: 128}\n";
+  Result run = ccctl("run " + experiment.string());
+  EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+  Result ls = ccctl("tensor ls -o json");
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_TRUE(Temporaries(ls.out).empty())
+      << absl::StrJoin(Temporaries(ls.out), " ");
+  if (::testing::Test::HasFailure()) cluster->DumpLogsOnFailure();
+  fs::remove_all(dir);
+}
+
+// A hello-world op or a bench whose allocation fails on one rank only (its
+// quota is too small) frees what the others allocated, so the next run is
+// not refused with ALREADY_EXISTS and no memory is left held.
+TEST(CcctlCleanupTest, PartialAllocationFailureFreesEveryRank) {
+  testing::LocalClusterOptions options;
+  options.workers = 2;
+  options.coordinator_args = {"--heartbeat-interval-ms", "200",
+                              "--heartbeat-timeout-ms", "1500"};
+  auto started = testing::LocalCluster::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<testing::LocalCluster> cluster = *std::move(started);
+  // Rank 1 holds at most 64 bytes: 16 float32.
+  auto generation = cluster->WaitUntilReady(std::chrono::seconds(30));
+  ASSERT_TRUE(generation.ok()) << generation.status();
+  ASSERT_TRUE(cluster->worker(1).Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster->RestartWorker(1, {"--quota-bytes", "64"}).ok());
+  ASSERT_TRUE(
+      cluster->WaitUntilReady(std::chrono::seconds(60), *generation + 1).ok());
+
+  auto binary = testing::BinaryPath("ccctl");
+  ASSERT_TRUE(binary.ok()) << binary.status();
+  const fs::path dir = fs::temp_directory_path() /
+                       absl::StrCat("ccctl_cleanup_test.", getpid());
+  fs::create_directories(dir);
+  auto ccctl = [&](const std::string& args) {
+    const std::string out = (dir / "out").string(), err = (dir / "err").string();
+    const int status = std::system(
+        absl::StrCat("CCCTL_STATE_DIR=", (dir / "state").string(), " ", *binary,
+                     " --coordinator ", cluster->coordinator_address(), " ",
+                     args, " >", out, " 2>", err, " </dev/null")
+            .c_str());
+    return Result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out),
+                  Slurp(err)};
+  };
+  auto held = [&] {
+    Result ls = ccctl("tensor ls -o json");
+    EXPECT_EQ(ls.exit_code, 0) << ls.err;
+    return absl::StrJoin(Temporaries(ls.out), " ");
+  };
+
+  // The input fails on rank 1; rank 0 had it.
+  Result big = ccctl("allreduce --op sum --count 100");
+  EXPECT_EQ(big.exit_code, 1);
+  EXPECT_NE(big.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("rank 1"), std::string::npos) << big.err;
+  EXPECT_EQ(held(), "");
+  // The input fits everywhere, the output (2 x 8 floats) not on rank 1.
+  Result gather = ccctl("allgather --count 8");
+  EXPECT_EQ(gather.exit_code, 1);
+  EXPECT_NE(gather.err.find("RESOURCE_EXHAUSTED"), std::string::npos)
+      << gather.err;
+  EXPECT_EQ(held(), "");
+  // A bench runs its small sizes, then fails at one that no longer fits.
+  Result bench = ccctl("bench all_reduce -b 8 -e 1K -n 1 -w 0");
+  EXPECT_EQ(bench.exit_code, 1);
+  EXPECT_NE(bench.err.find("RESOURCE_EXHAUSTED"), std::string::npos)
+      << bench.err;
+  EXPECT_EQ(held(), "");
+  // And what fits still runs, again and again.
+  for (int i = 0; i < 2; ++i) {
+    Result small = ccctl("allreduce --op sum --count 4");
+    EXPECT_EQ(small.exit_code, 0) << small.err;
+    EXPECT_NE(small.out.find("[3.0, 3.0, 3.0, 3.0]"), std::string::npos)
+        << small.out;
+  }
+  EXPECT_EQ(held(), "");
+  if (::testing::Test::HasFailure()) cluster->DumpLogsOnFailure();
+  fs::remove_all(dir);
 }
 
 }  // namespace

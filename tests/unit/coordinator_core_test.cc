@@ -467,8 +467,8 @@ TEST_F(CoordinatorCoreTest, HeartbeatFromStrangersIsNotFound) {
 
 TEST_F(CoordinatorCoreTest, KvSetGetWaitAndTimeout) {
   Make(1);
-  Result<int64_t> early;
-  core_->KvWait(core_->NewWaitId(), 0, {"a", "b"}, milliseconds(0),
+  Result<KvWaitResult> early;
+  core_->KvWait(core_->NewWaitId(), 0, {"a", "b"}, milliseconds(0), false,
                 early.callback());
   ASSERT_TRUE(core_->KvSet(0, "a", "1").ok());
   EXPECT_FALSE(early.ready());
@@ -477,14 +477,14 @@ TEST_F(CoordinatorCoreTest, KvSetGetWaitAndTimeout) {
   EXPECT_TRUE(early.Get().ok());
   EXPECT_EQ(core_->KvGet(0, "a")->second, "1");
 
-  Result<int64_t> present;
-  core_->KvWait(core_->NewWaitId(), 0, {"a"}, milliseconds(0),
+  Result<KvWaitResult> present;
+  core_->KvWait(core_->NewWaitId(), 0, {"a"}, milliseconds(0), false,
                 present.callback());
   EXPECT_TRUE(present.ready());
 
-  Result<int64_t> late;
+  Result<KvWaitResult> late;
   core_->KvWait(core_->NewWaitId(), 0, {"a", "zz", "yy"}, milliseconds(30),
-                late.callback());
+                false, late.callback());
   auto r = late.Get();
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(r.status().message(), HasSubstr("missing keys: yy, zz"));
@@ -507,16 +507,17 @@ TEST_F(CoordinatorCoreTest, KvRejectsBadInput) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(core_->KvCompareSet(0, "", "", "v").status().code(),
             absl::StatusCode::kInvalidArgument);
-  Result<int64_t> wait;
-  core_->KvWait(core_->NewWaitId(), 0, {"a", ""}, milliseconds(0),
+  Result<KvWaitResult> wait;
+  core_->KvWait(core_->NewWaitId(), 0, {"a", ""}, milliseconds(0), false,
                 wait.callback());
   EXPECT_EQ(wait.Get().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CoordinatorCoreTest, KvAddCountsAndWakesWaiters) {
   Make(1);
-  Result<int64_t> wait;
-  core_->KvWait(core_->NewWaitId(), 0, {"n"}, milliseconds(0), wait.callback());
+  Result<KvWaitResult> wait;
+  core_->KvWait(core_->NewWaitId(), 0, {"n"}, milliseconds(0), false,
+                wait.callback());
   EXPECT_EQ(core_->KvAdd(0, "n", 5)->second, 5);
   EXPECT_TRUE(wait.Get().ok());
   EXPECT_EQ(core_->KvAdd(0, "n", -7)->second, -2);
@@ -643,8 +644,9 @@ TEST_F(CoordinatorCoreTest, UniqueIdIsPostedOnceAndHandedToWaiters) {
 TEST_F(CoordinatorCoreTest, ShutdownFailsParkedCallsAndRefusesNewOnes) {
   Make(2);
   auto reg = Register("a");
-  Result<int64_t> wait;
-  core_->KvWait(core_->NewWaitId(), 0, {"k"}, milliseconds(0), wait.callback());
+  Result<KvWaitResult> wait;
+  core_->KvWait(core_->NewWaitId(), 0, {"k"}, milliseconds(0), false,
+                wait.callback());
   Result<UniqueIdResult> uid;
   core_->GetUniqueId(core_->NewWaitId(), 0, "", milliseconds(0),
                      uid.callback());

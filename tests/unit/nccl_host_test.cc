@@ -2,12 +2,20 @@
 // behaviour for cuda devices on a machine without one.
 #include "server/comm/nccl/nccl_host.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/worker_core.h"
 #include "server/cuda/device_memory.h"
+#include "tests/testing/in_memory_kv_store.h"
 
 namespace ccl {
 namespace {
@@ -104,6 +112,113 @@ TEST(NcclHost, UniqueIdRoundTrip) {
   EXPECT_FALSE(nccl::DecodeUniqueId("abc").ok());
   EXPECT_FALSE(nccl::DecodeUniqueId(std::string(text.size(), 'z')).ok());
   EXPECT_EQ(nccl::UniqueIdKey("gen3/world"), "nccl/gen3/world/id");
+}
+
+TEST(NcclHost, UniqueIdListRoundTrip) {
+  std::vector<ncclUniqueId> ids(3);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t b = 0; b < sizeof(ids[i].internal); ++b) {
+      ids[i].internal[b] = static_cast<char>(i * 31 + b);
+    }
+  }
+  const std::string bytes = nccl::EncodeUniqueIdList(ids);
+  EXPECT_EQ(bytes.size(), 3 * nccl::kUniqueIdBytes);
+  auto back = nccl::DecodeUniqueIdList(bytes, 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(std::memcmp((*back)[i].internal, ids[i].internal,
+                          sizeof(ids[i].internal)),
+              0);
+  }
+  EXPECT_EQ(nccl::DecodeUniqueIdList(bytes, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(nccl::DecodeUniqueIdList("", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Every rank of a world runs the exchange on its own thread over one store,
+// with ids that name the rank that made them.
+std::vector<std::vector<ncclUniqueId>> Exchange(int size, int ranks_per_root,
+                                                std::vector<int>* makers) {
+  testing::InMemoryKvStore store;
+  std::vector<std::vector<ncclUniqueId>> got(size);
+  std::vector<absl::Status> errors(size);
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto ids = nccl::ExchangeUniqueIds(
+          rank, size, ranks_per_root, "gen1/world", store,
+          std::chrono::seconds(30),
+          [&, rank]() -> absl::StatusOr<ncclUniqueId> {
+            std::lock_guard<std::mutex> lock(mutex);
+            makers->push_back(rank);
+            ncclUniqueId id{};
+            std::snprintf(id.internal, sizeof(id.internal), "made by %d", rank);
+            return id;
+          });
+      if (ids.ok()) {
+        got[rank] = *ids;
+      } else {
+        errors[rank] = ids.status();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < size; ++rank) {
+    EXPECT_TRUE(errors[rank].ok()) << rank << ": " << errors[rank];
+  }
+  return got;
+}
+
+TEST(NcclHost, ExchangeHandsEveryRankTheIdsOfEveryBlock) {
+  std::vector<int> makers;
+  // 40 ranks, 16 per root: 3 blocks of 14, 13 and 13 ranks.
+  auto got = Exchange(40, 16, &makers);
+  std::sort(makers.begin(), makers.end());
+  EXPECT_EQ(makers, (std::vector<int>{0, 14, 27}));
+  for (int rank = 0; rank < 40; ++rank) {
+    ASSERT_EQ(got[rank].size(), 3u) << rank;
+    for (int block = 0; block < 3; ++block) {
+      EXPECT_EQ(std::memcmp(got[rank][block].internal, got[0][block].internal,
+                            sizeof(ncclUniqueId)),
+                0);
+    }
+  }
+  EXPECT_STREQ(got[39][1].internal, "made by 14");
+}
+
+TEST(NcclHost, ExchangeOfASmallWorldIsOneIdFromRankZero) {
+  std::vector<int> makers;
+  auto got = Exchange(5, 16, &makers);
+  EXPECT_EQ(makers, (std::vector<int>{0}));
+  for (const auto& ids : got) {
+    ASSERT_EQ(ids.size(), 1u);
+    EXPECT_STREQ(ids[0].internal, "made by 0");
+  }
+}
+
+TEST(NcclHost, ExchangeWithoutRankZeroTimesOut) {
+  testing::InMemoryKvStore store;
+  auto ids = nccl::ExchangeUniqueIds(1, 2, 128, "gen1/world", store,
+                                     std::chrono::milliseconds(20),
+                                     []() -> absl::StatusOr<ncclUniqueId> {
+                                       return absl::InternalError("not called");
+                                     });
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(NcclHost, RanksPerRootComesFromTheEnvironment) {
+  unsetenv(nccl::kRanksPerRootEnv);
+  EXPECT_EQ(*nccl::RanksPerRootFromEnv(), nccl::kDefaultRanksPerRoot);
+  setenv(nccl::kRanksPerRootEnv, "1", 1);
+  EXPECT_EQ(*nccl::RanksPerRootFromEnv(), 1);
+  setenv(nccl::kRanksPerRootEnv, "lots", 1);
+  auto bad = nccl::RanksPerRootFromEnv();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr("CCL_NCCL_RANKS_PER_ROOT='lots'"));
+  unsetenv(nccl::kRanksPerRootEnv);
 }
 
 TEST(NcclHost, CudaWorkerWithoutGpu) {

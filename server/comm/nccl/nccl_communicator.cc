@@ -192,24 +192,28 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   const Clock::time_point deadline = Clock::now() + timeout;
   auto init = [&]() -> absl::StatusOr<ncclComm_t> {
     CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-    const std::string key = nccl::UniqueIdKey(prefix);
-    ncclUniqueId id;
-    if (rank == 0) {
-      CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-      if (absl::Status s = store.Set(key, nccl::EncodeUniqueId(id)); !s.ok()) {
-        return s;
-      }
-    } else {
-      auto text = store.Get(key, timeout);
-      if (!text.ok()) return text.status();
-      auto decoded = nccl::DecodeUniqueId(*text);
-      if (!decoded.ok()) return decoded.status();
-      id = *decoded;
-    }
+    absl::StatusOr<int> ranks_per_root = nccl::RanksPerRootFromEnv();
+    if (!ranks_per_root.ok()) return ranks_per_root.status();
+    absl::StatusOr<std::vector<ncclUniqueId>> ids = nccl::ExchangeUniqueIds(
+        rank, size, *ranks_per_root, prefix, store, timeout,
+        []() -> absl::StatusOr<ncclUniqueId> {
+          ncclUniqueId id;
+          CCL_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+          return id;
+        });
+    if (!ids.ok()) return ids.status();
     ncclConfig_t config = LaneConfig(/*blocking=*/false, /*small=*/true);
     ncclComm_t comm = nullptr;
+    // Several ids: each bootstrap root serves one block of ranks, instead
+    // of one root accepting a connection from every rank of a large world.
+    const char* what = ids->size() == 1 ? "ncclCommInitRankConfig"
+                                        : "ncclCommInitRankScalable";
     ncclResult_t result =
-        ncclCommInitRankConfig(&comm, size, id, rank, &config);
+        ids->size() == 1
+            ? ncclCommInitRankConfig(&comm, size, ids->front(), rank, &config)
+            : ncclCommInitRankScalable(&comm, size, rank,
+                                       static_cast<int>(ids->size()),
+                                       ids->data(), &config);
     Backoff backoff;
     while (result == ncclInProgress) {
       if (Clock::now() >= deadline) {
@@ -221,9 +225,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
       result = CommState(comm);
     }
     if (result != ncclSuccess) {
-      absl::Status s =
-          nccl::NcclErrorStatus(result, "ncclCommInitRankConfig", __FILE__,
-                                __LINE__, ncclGetLastError(comm));
+      absl::Status s = nccl::NcclErrorStatus(result, what, __FILE__, __LINE__,
+                                             ncclGetLastError(comm));
       if (comm != nullptr) ncclCommAbort(comm);
       return s;
     }

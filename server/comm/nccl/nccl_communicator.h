@@ -50,10 +50,12 @@ class NcclCommunicator final : public Communicator {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Rank 0 gets a unique id and publishes it in `store` under
-  // nccl::UniqueIdKey(prefix); the others wait for it up to `timeout`.
-  // Initialisation and the lanes' splits are polled up to `timeout`, then
-  // aborted.
+  // The unique ids go through `store` as unique_id_plan.h describes: rank 0
+  // posts one under nccl::UniqueIdKey(prefix), or, above
+  // $CCL_NCCL_RANKS_PER_ROOT ranks (default 128), one rank per block posts
+  // its block's id and the world inits with ncclCommInitRankScalable; the
+  // others wait for them up to `timeout`. Initialisation and the lanes'
+  // splits are polled up to `timeout`, then aborted.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(
       int rank, int size, int device, const std::string& prefix, KvStore& store,
       std::chrono::milliseconds timeout);

@@ -1,10 +1,14 @@
 #include "server/comm/nccl/nccl_host.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 
 namespace ccl::nccl {
+
+static_assert(sizeof(ncclUniqueId) == kUniqueIdBytes,
+              "unique_id_plan.h's id size is not this NCCL's");
 
 absl::StatusOr<ncclDataType_t> ToNcclDataType(DType dtype) {
   switch (dtype) {
@@ -90,10 +94,6 @@ absl::Status NcclErrorStatus(ncclResult_t result, const char* expr,
   return absl::Status(NcclResultCode(result), message);
 }
 
-std::string UniqueIdKey(const std::string& prefix) {
-  return absl::StrCat("nccl/", prefix, "/id");
-}
-
 std::string EncodeUniqueId(const ncclUniqueId& id) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -129,6 +129,99 @@ absl::StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& text) {
     id.internal[i] = static_cast<char>((hi << 4) | lo);
   }
   return id;
+}
+
+std::string EncodeUniqueIdList(const std::vector<ncclUniqueId>& ids) {
+  std::string out;
+  out.reserve(ids.size() * sizeof(ncclUniqueId));
+  for (const ncclUniqueId& id : ids) {
+    out.append(id.internal, sizeof(id.internal));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ncclUniqueId>> DecodeUniqueIdList(
+    const std::string& bytes, int count) {
+  if (count < 1 ||
+      bytes.size() != static_cast<size_t>(count) * sizeof(ncclUniqueId)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the list of ", count, " NCCL unique ids has ", bytes.size(),
+        " bytes, want ", static_cast<size_t>(count) * sizeof(ncclUniqueId)));
+  }
+  std::vector<ncclUniqueId> ids(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    std::memcpy(ids[i].internal, bytes.data() + i * sizeof(ncclUniqueId),
+                sizeof(ncclUniqueId));
+  }
+  return ids;
+}
+
+absl::StatusOr<int> RanksPerRootFromEnv() {
+  absl::StatusOr<int> parsed = ParseRanksPerRoot(std::getenv(kRanksPerRootEnv));
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 23, 0)
+  // No ncclCommInitRankScalable: one id, whatever was asked.
+  if (parsed.ok()) return 0;
+#endif
+  return parsed;
+}
+
+absl::StatusOr<std::vector<ncclUniqueId>> ExchangeUniqueIds(
+    int rank, int size, int ranks_per_root, const std::string& prefix,
+    KvStore& store, std::chrono::milliseconds timeout,
+    const std::function<absl::StatusOr<ncclUniqueId>()>& make_id) {
+  const UniqueIdPlan plan = PlanUniqueIds(rank, size, ranks_per_root);
+  if (plan.ids == 1) {
+    if (rank == 0) {
+      absl::StatusOr<ncclUniqueId> id = make_id();
+      if (!id.ok()) return id.status();
+      if (absl::Status s = store.Set(UniqueIdKey(prefix), EncodeUniqueId(*id));
+          !s.ok()) {
+        return s;
+      }
+      return std::vector<ncclUniqueId>{*id};
+    }
+    absl::StatusOr<std::string> text = store.Get(UniqueIdKey(prefix), timeout);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<ncclUniqueId> decoded = DecodeUniqueId(*text);
+    if (!decoded.ok()) return decoded.status();
+    return std::vector<ncclUniqueId>{*decoded};
+  }
+  if (plan.posts) {
+    absl::StatusOr<ncclUniqueId> own = make_id();
+    if (!own.ok()) return own.status();
+    if (absl::Status s =
+            store.Set(UniqueIdKey(prefix, plan.block), EncodeUniqueId(*own));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (plan.gathers) {
+    std::vector<std::string> keys;
+    keys.reserve(plan.ids);
+    for (int block = 0; block < plan.ids; ++block) {
+      keys.push_back(UniqueIdKey(prefix, block));
+    }
+    absl::StatusOr<std::vector<std::string>> texts =
+        store.GetMany(keys, timeout);
+    if (!texts.ok()) return texts.status();
+    std::vector<ncclUniqueId> ids;
+    ids.reserve(plan.ids);
+    for (const std::string& text : *texts) {
+      absl::StatusOr<ncclUniqueId> decoded = DecodeUniqueId(text);
+      if (!decoded.ok()) return decoded.status();
+      ids.push_back(*decoded);
+    }
+    if (absl::Status s =
+            store.Set(UniqueIdListKey(prefix), EncodeUniqueIdList(ids));
+        !s.ok()) {
+      return s;
+    }
+    return ids;
+  }
+  absl::StatusOr<std::string> list =
+      store.Get(UniqueIdListKey(prefix), timeout);
+  if (!list.ok()) return list.status();
+  return DecodeUniqueIdList(*list, plan.ids);
 }
 
 }  // namespace ccl::nccl

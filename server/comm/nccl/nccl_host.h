@@ -7,12 +7,17 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/types.h"
 #include "server/cuda/cuda_status.h"
+#include "server/comm/kv_store.h"
+#include "server/comm/nccl/unique_id_plan.h"
 
 namespace ccl::nccl {
 
@@ -29,11 +34,29 @@ absl::Status NcclErrorStatus(ncclResult_t result, const char* expr,
                              const char* file, int line,
                              const char* last_error);
 
-// KV-store key of the unique id of communicator `prefix` ("gen3/world").
-std::string UniqueIdKey(const std::string& prefix);
-// Hex, so that any store (text or bytes) carries it.
+// Hex, so that any store (text or bytes) carries it. The keys are in
+// unique_id_plan.h.
 std::string EncodeUniqueId(const ncclUniqueId& id);
 absl::StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& text);
+// The value of UniqueIdListKey: the ids' raw bytes in order. Raw, not hex:
+// every rank of a large world reads it, so its size is paid world-wide.
+std::string EncodeUniqueIdList(const std::vector<ncclUniqueId>& ids);
+absl::StatusOr<std::vector<ncclUniqueId>> DecodeUniqueIdList(
+    const std::string& bytes, int count);
+
+// The unique ids of the communicator under `prefix` ("gen3/world"), made
+// and handed out through `store` as unique_id_plan.h describes: one, or one
+// per block of ranks. `make_id` is ncclGetUniqueId (tests pass their own).
+// Waits up to `timeout` for what other ranks post.
+absl::StatusOr<std::vector<ncclUniqueId>> ExchangeUniqueIds(
+    int rank, int size, int ranks_per_root, const std::string& prefix,
+    KvStore& store, std::chrono::milliseconds timeout,
+    const std::function<absl::StatusOr<ncclUniqueId>()>& make_id);
+
+// Ranks per unique id for ncclCommInitRankScalable: $CCL_NCCL_RANKS_PER_ROOT
+// or the default (unique_id_plan.h); INVALID_ARGUMENT naming the variable
+// when it is malformed. 0 (always one id) when this NCCL predates 2.23.
+absl::StatusOr<int> RanksPerRootFromEnv();
 
 }  // namespace ccl::nccl
 

@@ -1,0 +1,315 @@
+#include "bench/simulated_world.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <queue>
+#include <thread>
+#include <utility>
+
+#include "coordinator/heartbeat_policy.h"
+#include "server/comm/nccl/unique_id_plan.h"
+
+namespace ccl::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kRegisterWait(120000);
+constexpr milliseconds kKvWait(120000);
+// Beyond the call's own wait: a coordinator busy with 65k parked calls on a
+// loaded 2-core machine answers slowly, and a bench should measure that
+// rather than give up.
+constexpr milliseconds kRpcMargin(60000);
+// What ccworker posts for one id: its 128 bytes in hex.
+const std::string kIdHex(2 * nccl::kUniqueIdBytes, 'a');
+
+// One RPC's state, alive until its callback has run.
+template <typename Request, typename Response>
+struct Call {
+  grpc::ClientContext context;
+  Request request;
+  Response response;
+};
+
+// As CoordinatorClient does: the call's own wait plus a margin.
+template <typename Request, typename Response>
+Call<Request, Response>* NewCall(milliseconds wait) {
+  auto* call = new Call<Request, Response>();
+  call->context.set_deadline(std::chrono::system_clock::now() + wait +
+                             kRpcMargin);
+  return call;
+}
+
+std::string Describe(const char* what, const grpc::Status& status) {
+  return std::string(what) + ": " + std::to_string(status.error_code()) + ": " +
+         status.error_message();
+}
+
+// Counts workers down and keeps the first error.
+class Countdown {
+ public:
+  explicit Countdown(int n) : left_(n) {}
+  void Done() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--left_ == 0) {
+      at_ = Clock::now();
+      cv_.notify_all();
+    }
+  }
+  void Fail(const std::string& error) {
+    Note(error);
+    Done();
+  }
+  // An error of a call the countdown does not wait for.
+  void Note(const std::string& error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_.empty()) error_ = error;
+  }
+  Clock::time_point Wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return left_ == 0; });
+    return at_;
+  }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int left_;
+  Clock::time_point at_;
+  std::string error_;
+};
+
+}  // namespace
+
+SimulatedWorld::SimulatedWorld(const std::string& address, int channels) {
+  for (int c = 0; c < std::max(1, channels); ++c) {
+    grpc::ChannelArguments args;
+    // Separate connections rather than one shared subchannel.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(-1);
+    auto channel = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    channel->WaitForConnected(std::chrono::system_clock::now() +
+                              std::chrono::seconds(10));
+    stubs_.push_back(v1::Coordinator::NewStub(channel));
+  }
+}
+
+FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
+  FormedWorld world;
+  world.rank_of.assign(n, -1);
+  world.worker_id_of.resize(n);
+  // Shared with the callbacks: a worker's own id post may still be on its
+  // way back when the last rank has the list.
+  auto registered = std::make_shared<Countdown>(n);
+  auto done = std::make_shared<Countdown>(n);
+
+  // The rendezvous of worker `w`, rank `rank`, as NcclCommunicator::Create
+  // runs it through CoordinatorKvStore.
+  auto rendezvous = [this, n, ranks_per_root, done](int w, int rank,
+                                                    int64_t generation) {
+    v1::Coordinator::Stub* stub = Stub(w);
+    const std::string prefix = "gen" + std::to_string(generation) + "/world";
+    const nccl::UniqueIdPlan plan =
+        nccl::PlanUniqueIds(rank, n, ranks_per_root);
+    // `then` empty: nobody waits for this call but its error counts.
+    auto set = [stub, generation, done](std::string key, std::string value,
+                                        std::function<void()> then) {
+      auto* call =
+          NewCall<v1::KvSetRequest, v1::KvSetResponse>(milliseconds(0));
+      call->request.set_generation(generation);
+      call->request.set_key(std::move(key));
+      call->request.set_value(std::move(value));
+      stub->async()->KvSet(&call->context, &call->request, &call->response,
+                           [call, then, done](grpc::Status s) {
+                             delete call;
+                             if (!s.ok() && !then)
+                               return done->Note(Describe("KvSet", s));
+                             if (!s.ok())
+                               return done->Fail(Describe("KvSet", s));
+                             if (then) then();
+                           });
+    };
+    // Waits for `keys` and checks every value's size.
+    auto wait = [stub, generation, done](std::vector<std::string> keys,
+                                         size_t value_bytes,
+                                         std::function<void()> then) {
+      auto* call = NewCall<v1::KvWaitRequest, v1::KvWaitResponse>(kKvWait);
+      call->request.set_generation(generation);
+      for (auto& key : keys) call->request.add_keys(std::move(key));
+      call->request.set_timeout_ms(kKvWait.count());
+      call->request.set_include_values(true);
+      stub->async()->KvWait(
+          &call->context, &call->request, &call->response,
+          [call, value_bytes, then, done](grpc::Status s) {
+            if (s.ok() &&
+                call->response.values_size() != call->request.keys_size()) {
+              s = grpc::Status(grpc::StatusCode::INTERNAL, "values missing");
+            }
+            for (int i = 0; s.ok() && i < call->response.values_size(); ++i) {
+              if (call->response.values(i).size() != value_bytes) {
+                s = grpc::Status(grpc::StatusCode::INTERNAL, "wrong id size");
+              }
+            }
+            delete call;
+            if (!s.ok()) return done->Fail(Describe("KvWait", s));
+            then();
+          });
+    };
+    auto finished = [done] { done->Done(); };
+    if (plan.ids == 1) {
+      if (rank == 0) return set(nccl::UniqueIdKey(prefix), kIdHex, finished);
+      return wait({nccl::UniqueIdKey(prefix)}, kIdHex.size(), finished);
+    }
+    if (plan.posts) set(nccl::UniqueIdKey(prefix, plan.block), kIdHex, {});
+    const size_t list_bytes = plan.ids * nccl::kUniqueIdBytes;
+    if (plan.gathers) {
+      std::vector<std::string> keys;
+      for (int b = 0; b < plan.ids; ++b) {
+        keys.push_back(nccl::UniqueIdKey(prefix, b));
+      }
+      return wait(std::move(keys), kIdHex.size(), [=] {
+        set(nccl::UniqueIdListKey(prefix), std::string(list_bytes, 'x'),
+            finished);
+      });
+    }
+    wait({nccl::UniqueIdListKey(prefix)}, list_bytes, finished);
+  };
+
+  std::mutex header_mutex;
+  const Clock::time_point start = Clock::now();
+  for (int w = 0; w < n; ++w) {
+    auto* call =
+        NewCall<v1::RegisterRequest, v1::RegisterResponse>(kRegisterWait);
+    v1::RegisterRequest& request = call->request;
+    request.set_address("10.0." + std::to_string(w / 250 % 250) + "." +
+                        std::to_string(w % 250) + ":29500");
+    request.set_host("node" + std::to_string(w / 8));
+    request.mutable_device()->set_kind(v1::DEVICE_KIND_CUDA);
+    request.mutable_device()->set_index(w % 8);
+    world.worker_id_of[w] = "sim-" + std::to_string(w);
+    request.set_worker_id(world.worker_id_of[w]);
+    request.set_timeout_ms(kRegisterWait.count());
+    Stub(w)->async()->Register(
+        &call->context, &call->request, &call->response,
+        [&, call, w](grpc::Status s) {
+          if (!s.ok()) {
+            registered->Fail(Describe("Register", s));
+            done->Fail(Describe("Register", s));
+          } else {
+            const v1::RegisterResponse& r = call->response;
+            world.rank_of[w] = r.rank();
+            if (r.rank() == 0) {
+              std::lock_guard<std::mutex> lock(header_mutex);
+              world.generation = r.generation();
+              world.interval_ms = r.world().heartbeat_interval_ms();
+              world.timeout_ms = r.world().heartbeat_timeout_ms();
+            }
+            registered->Done();
+            rendezvous(w, r.rank(), r.generation());
+          }
+          delete call;
+        });
+  }
+  const Clock::time_point registered_at = registered->Wait();
+  const Clock::time_point done_at = done->Wait();
+  world.registered_s =
+      std::chrono::duration<double>(registered_at - start).count();
+  world.formed_s = std::chrono::duration<double>(done_at - start).count();
+  world.error = done->error();
+  world.unique_ids = nccl::UniqueIdCount(n, ranks_per_root);
+  return world;
+}
+
+HeartbeatStats SimulatedWorld::Heartbeat(const FormedWorld& world,
+                                         milliseconds duration, int victim_rank,
+                                         milliseconds stop_victim_after,
+                                         double* lost_after_s) {
+  const int n = static_cast<int>(world.rank_of.size());
+  const milliseconds interval(std::max<int64_t>(1, world.interval_ms));
+  HeartbeatStats stats;
+  std::mutex mutex;  // guards stats and the detection time
+  std::condition_variable idle;
+  int64_t in_flight = 0;
+  Clock::time_point victim_last_beat{};
+  Clock::time_point degraded_at{};
+  bool degraded = false;
+
+  using Next = std::pair<Clock::time_point, int>;  // (when, worker)
+  std::priority_queue<Next, std::vector<Next>, std::greater<>> due;
+  const Clock::time_point start = Clock::now();
+  for (int w = 0; w < n; ++w) {
+    due.emplace(
+        start + coordinator::HeartbeatPhase(interval, world.rank_of[w], n), w);
+  }
+  const Clock::time_point end = start + duration;
+  const Clock::time_point victim_stops = start + stop_victim_after;
+  while (!due.empty()) {
+    const Clock::time_point now = Clock::now();
+    if (now >= end) break;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (degraded) break;
+    }
+    auto [at, w] = due.top();
+    if (at > now) {
+      std::this_thread::sleep_until(std::min(at, end));
+      continue;
+    }
+    due.pop();
+    const int rank = world.rank_of[w];
+    if (rank == victim_rank && now >= victim_stops) continue;  // "killed"
+    due.emplace(now + interval, w);
+
+    auto* call =
+        NewCall<v1::HeartbeatRequest, v1::HeartbeatResponse>(milliseconds(0));
+    call->request.set_rank(rank);
+    call->request.set_generation(world.generation);
+    call->request.set_worker_id(world.worker_id_of[w]);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++stats.sent;
+      ++in_flight;
+      if (rank == victim_rank) victim_last_beat = now;
+    }
+    Stub(w)->async()->Heartbeat(
+        &call->context, &call->request, &call->response,
+        [&, call, sent = now](grpc::Status s) {
+          const Clock::time_point got = Clock::now();
+          std::lock_guard<std::mutex> lock(mutex);
+          if (s.ok()) {
+            stats.latencies_us.push_back(
+                std::chrono::duration<double, std::micro>(got - sent).count());
+            if (call->response.world_state() == v1::WORLD_STATE_DEGRADED &&
+                !degraded) {
+              degraded = true;
+              degraded_at = got;
+            }
+          } else {
+            if (stats.failed++ == 0) {
+              stats.first_error = Describe("Heartbeat", s);
+            }
+          }
+          delete call;
+          if (--in_flight == 0) idle.notify_all();
+        });
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  idle.wait_for(lock, std::chrono::seconds(30), [&] { return in_flight == 0; });
+  if (lost_after_s != nullptr) {
+    *lost_after_s =
+        degraded && victim_rank >= 0
+            ? std::chrono::duration<double>(degraded_at - victim_last_beat)
+                  .count()
+            : -1;
+  }
+  return stats;
+}
+
+}  // namespace ccl::bench

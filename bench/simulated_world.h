@@ -1,0 +1,71 @@
+// Thousands of simulated workers in one process, each doing against a real
+// coordinator what a ccworker does: Register, then the NCCL unique-id
+// rendezvous through the KV store (server/nccl/unique_id_plan.h: one id, or
+// one per block of ranks and the list from rank 0), then heartbeats at the
+// interval and phase the coordinator tells it. The callback client API
+// keeps them threadless; they share a few dozen channels, as workers on a
+// few dozen hosts would share links.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ccl/v1/coordinator.grpc.pb.h"
+
+namespace ccl::bench {
+
+struct FormedWorld {
+  std::string error;        // empty on success
+  double registered_s = 0;  // until the last Register reply
+  double formed_s = 0;      // until the last rank has every unique id
+  int64_t generation = 0;
+  int64_t interval_ms = 0;
+  int64_t timeout_ms = 0;
+  int unique_ids = 0;
+  std::vector<int> rank_of;  // by simulated worker
+  std::vector<std::string> worker_id_of;
+};
+
+struct HeartbeatStats {
+  int64_t sent = 0;
+  int64_t failed = 0;
+  std::string first_error;
+  std::vector<double> latencies_us;  // one per reply, in arrival order
+};
+
+class SimulatedWorld {
+ public:
+  // Opens `channels` connections to `address`.
+  SimulatedWorld(const std::string& address, int channels);
+
+  // Registers `n` workers and runs the unique-id rendezvous of a world of
+  // size n with `ranks_per_root` (0: one id).
+  FormedWorld Form(int n, int ranks_per_root);
+
+  // Heartbeats every worker of `world` for `duration` at the interval the
+  // coordinator gave, first beats staggered as ccworker does. When
+  // `victim_rank` >= 0, that rank stops beating at `stop_victim_after` and
+  // the run continues until a reply reports the world DEGRADED (or
+  // `duration` ends): `lost_after_s` is then the time from the victim's last
+  // beat to that reply, -1 if it never came.
+  HeartbeatStats Heartbeat(const FormedWorld& world,
+                           std::chrono::milliseconds duration, int victim_rank,
+                           std::chrono::milliseconds stop_victim_after,
+                           double* lost_after_s);
+
+ private:
+  v1::Coordinator::Stub* Stub(int worker) {
+    return stubs_[static_cast<size_t>(worker) % stubs_.size()].get();
+  }
+
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
+};
+
+}  // namespace ccl::bench

@@ -1,0 +1,189 @@
+// CoordinatorCore's KV store, sequence numbers and unique ids: requests are
+// validated here and resolved to a generation under the core's lock; the
+// data and the parked calls are KvSpace's (kv_space.h).
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator_core.h"
+
+namespace ccl::coordinator {
+namespace {
+
+constexpr int64_t kMaxSequenceCount = 1000000;
+constexpr size_t kMaxUniqueIdBytes = 4096;
+
+}  // namespace
+
+absl::Status CoordinatorCore::ValidateValue(const std::string& value) const {
+  if (value.size() > options_.max_value_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value of ", value.size(), " bytes exceeds the limit of ",
+                     options_.max_value_bytes, " bytes (--max-value-bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CoordinatorCore::KvSet(int64_t generation,
+                                               const std::string& key,
+                                               std::string value) {
+  if (key.empty()) return absl::InvalidArgumentError("kv set: key is empty");
+  if (absl::Status s = ValidateValue(value); !s.ok()) return s;
+  Deferred deferred;
+  absl::StatusOr<int64_t> gen;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gen = kv_.Resolve(generation);
+    if (gen.ok()) kv_.Set(*gen, key, std::move(value), deferred);
+  }
+  for (auto& f : deferred) f();
+  return gen;
+}
+
+absl::StatusOr<std::pair<int64_t, std::string>> CoordinatorCore::KvGet(
+    int64_t generation, const std::string& key) {
+  if (key.empty()) return absl::InvalidArgumentError("kv get: key is empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
+  if (!gen.ok()) return gen.status();
+  absl::StatusOr<std::string> value = kv_.Get(*gen, key);
+  if (!value.ok()) return value.status();
+  return std::make_pair(*gen, *std::move(value));
+}
+
+void CoordinatorCore::KvWait(WaitId id, int64_t generation,
+                             std::vector<std::string> keys,
+                             std::chrono::milliseconds timeout,
+                             bool with_values, Callback<KvWaitResult> done) {
+  for (const auto& key : keys) {
+    if (key.empty()) {
+      return done(absl::InvalidArgumentError("kv wait: a key is empty"));
+    }
+  }
+  if (timeout.count() < 0) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("kv wait: timeout ", timeout.count(), " ms is negative")));
+  }
+  timeout = WaitTimeout(timeout);
+  Deferred deferred;
+  absl::Status error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
+    if (!gen.ok()) {
+      error = gen.status();
+    } else if (shutting_down_) {
+      error = absl::UnavailableError("coordinator is shutting down");
+    } else {
+      kv_.Wait(id, *gen, std::move(keys), with_values, timeout, std::move(done),
+               deferred);
+    }
+  }
+  if (!error.ok()) return done(error);
+  for (auto& f : deferred) f();
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::KvAdd(
+    int64_t generation, const std::string& key, int64_t delta) {
+  if (key.empty()) return absl::InvalidArgumentError("kv add: key is empty");
+  Deferred deferred;
+  absl::StatusOr<std::pair<int64_t, int64_t>> result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
+    if (!gen.ok()) return gen.status();
+    absl::StatusOr<int64_t> value = kv_.Add(*gen, key, delta, deferred);
+    if (!value.ok()) return value.status();
+    result = std::make_pair(*gen, *value);
+  }
+  for (auto& f : deferred) f();
+  return result;
+}
+
+absl::StatusOr<CompareSetResult> CoordinatorCore::KvCompareSet(
+    int64_t generation, const std::string& key, const std::string& expected,
+    std::string desired) {
+  if (key.empty()) {
+    return absl::InvalidArgumentError("kv compare-set: key is empty");
+  }
+  if (absl::Status s = ValidateValue(desired); !s.ok()) return s;
+  Deferred deferred;
+  CompareSetResult result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
+    if (!gen.ok()) return gen.status();
+    result = kv_.CompareSet(*gen, key, expected, std::move(desired), deferred);
+  }
+  for (auto& f : deferred) f();
+  return result;
+}
+
+absl::StatusOr<std::pair<int64_t, bool>> CoordinatorCore::KvDelete(
+    int64_t generation, const std::string& key) {
+  if (key.empty()) return absl::InvalidArgumentError("kv delete: key is empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
+  if (!gen.ok()) return gen.status();
+  return std::make_pair(*gen, kv_.Delete(*gen, key));
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::ReserveSequence(
+    int64_t generation, const std::string& group, int64_t count) {
+  if (count <= 0 || count > kMaxSequenceCount) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reserve sequence: count must be in [1, ",
+                     kMaxSequenceCount, "], got ", count));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
+  if (!gen.ok()) return gen.status();
+  return std::make_pair(*gen, kv_.Reserve(*gen, group, count));
+}
+
+absl::StatusOr<int64_t> CoordinatorCore::PostUniqueId(int64_t generation,
+                                                      const std::string& group,
+                                                      std::string unique_id) {
+  if (unique_id.empty() || unique_id.size() > kMaxUniqueIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("post unique id: the id must be 1 to ", kMaxUniqueIdBytes,
+                     " bytes, got ", unique_id.size()));
+  }
+  Deferred deferred;
+  absl::StatusOr<int64_t> gen;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gen = kv_.Resolve(generation);
+    if (!gen.ok()) return gen.status();
+    absl::Status posted =
+        kv_.PostUniqueId(*gen, group, std::move(unique_id), deferred);
+    if (!posted.ok()) return posted;
+  }
+  for (auto& f : deferred) f();
+  return gen;
+}
+
+void CoordinatorCore::GetUniqueId(WaitId id, int64_t generation,
+                                  const std::string& group,
+                                  std::chrono::milliseconds timeout,
+                                  Callback<UniqueIdResult> done) {
+  if (timeout.count() < 0) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "get unique id: timeout ", timeout.count(), " ms is negative")));
+  }
+  timeout = WaitTimeout(timeout);
+  Deferred deferred;
+  absl::Status error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
+    if (!gen.ok()) {
+      error = gen.status();
+    } else if (shutting_down_) {
+      error = absl::UnavailableError("coordinator is shutting down");
+    } else {
+      kv_.GetUniqueId(id, *gen, group, timeout, std::move(done), deferred);
+    }
+  }
+  if (!error.ok()) return done(error);
+  for (auto& f : deferred) f();
+}
+
+}  // namespace ccl::coordinator

@@ -1,0 +1,144 @@
+// CoordinatorCore's heartbeats and liveness: how often members beat (the
+// policy is heartbeat_policy.h's), what a beat updates, and the sweep that
+// declares silent members lost.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator_core.h"
+#include "spdlog/spdlog.h"
+
+namespace ccl::coordinator {
+namespace {
+
+int64_t ToMillis(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+}  // namespace
+
+HeartbeatTiming CoordinatorCore::Timing() const {
+  return AdaptHeartbeat(options_.heartbeat_interval, options_.heartbeat_timeout,
+                        options_.max_heartbeat_rate, WorldSize());
+}
+
+void CoordinatorCore::ScheduleSweep() {
+  if (options_.sweep_period.count() == 0) return;
+  timers_.ScheduleAfter(options_.sweep_period, [this] {
+    SweepLiveness();
+    bool stop;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop = shutting_down_;
+    }
+    if (!stop) ScheduleSweep();
+  });
+}
+
+absl::StatusOr<HeartbeatResult> CoordinatorCore::Heartbeat(
+    const HeartbeatRequest& request) {
+  Deferred deferred;
+  absl::StatusOr<HeartbeatResult> result;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    result = HeartbeatLocked(request, deferred);
+  }
+  for (auto& f : deferred) f();
+  return result;
+}
+
+absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
+    const HeartbeatRequest& request, Deferred& deferred) {
+  Member* member = roster_.Find(request.rank);
+  if (member == nullptr || member->worker_id != request.worker_id) {
+    return absl::NotFoundError(absl::StrCat(
+        "heartbeat: rank ", request.rank, " is not held by worker '",
+        request.worker_id, "'; register first"));
+  }
+  if (!member->live()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("heartbeat: rank ", request.rank, " is ",
+                     std::string(MemberStateName(member->state())),
+                     " in generation ", generation_, "; re-register"));
+  }
+  // Even a stale heartbeat proves the process is alive.
+  member->last_seen = Now();
+  member->tensor_count = request.tensor_count;
+  member->tensor_bytes = request.tensor_bytes;
+  if (request.generation != generation_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", request.generation, " is over; current is ",
+                     generation_, "; re-register"));
+  }
+  // Only a whole world re-forms at once; a degraded one re-forms when the
+  // missing rank comes back (Register does that).
+  if (!request.reform_reason.empty() &&
+      StateLocked() == WorldState::kComplete) {
+    StartGenerationLocked(generation_ + 1, deferred);
+    spdlog::warn(
+        "generation {}: rank {} asked to re-form the world ({}); every rank "
+        "re-registers into it",
+        generation_, request.rank, request.reform_reason);
+  }
+  return HeartbeatResult{generation_, StateLocked()};
+}
+
+void CoordinatorCore::SweepLocked(Deferred& deferred) {
+  if (roster_.ready() == 0) return;
+  const TimePoint now = Now();
+  const std::chrono::milliseconds timeout = Timing().timeout;
+  bool lost = false;
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    const Member* member = roster_.Find(rank);
+    if (member == nullptr || member->state() != MemberState::kReady) continue;
+    const auto silent = now - member->last_seen;
+    if (silent <= timeout) continue;
+    roster_.SetState(rank, MemberState::kLost);
+    lost = true;
+    spdlog::warn(
+        "rank {} (worker '{}', {}) lost: no heartbeat for {} ms; generation "
+        "{} degraded",
+        rank, member->worker_id, member->address, ToMillis(silent),
+        generation_);
+    kv_.AbortWaits(generation_,
+                   absl::UnavailableError(absl::StrCat(
+                       "rank ", rank, " was lost (no heartbeat for ",
+                       ToMillis(silent), " ms); generation ", generation_,
+                       " re-forms when it or a replacement registers")),
+                   deferred);
+  }
+  if (lost) ShrinkLocked(deferred);
+}
+
+void CoordinatorCore::SweepLiveness() {
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SweepLocked(deferred);
+  }
+  for (auto& f : deferred) f();
+}
+
+WorldInfo CoordinatorCore::GetWorld() {
+  Deferred deferred;
+  WorldInfo world;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SweepLocked(deferred);
+    world = SnapshotLocked();
+  }
+  for (auto& f : deferred) f();
+  return world;
+}
+
+CoordinatorStats CoordinatorCore::Stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CoordinatorStats stats;
+  stats.world_size = WorldSize();
+  stats.generation = generation_;
+  stats.live_members = roster_.live();
+  stats.parked_registrations = static_cast<int64_t>(register_waiters_.size());
+  stats.kv = kv_.Stats();
+  return stats;
+}
+
+}  // namespace ccl::coordinator
