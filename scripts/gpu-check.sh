@@ -123,65 +123,50 @@ report() {
   cat "$OUT/compare.md" 2>/dev/null
   echo; cat "$OUT/nccl_launch_latency.log" 2>/dev/null
   echo; grep -v '^#  rank' "$OUT/nccl_peer_nonblocking.log" 2>/dev/null
-  echo; grep -h '^# client' "$OUT/e2e_all_reduce.log" 2>/dev/null
+  echo; grep -h '^# client' "$OUT/bench_e2e_all_reduce.log" 2>/dev/null
   cat "$OUT/client_latency.log" 2>/dev/null
   echo "failed steps: $failures"
 }
 
-{ nvidia-smi; nvidia-smi topo -m; } >"$OUT/nvidia-smi.log" 2>&1 || true
-if [[ $mode == peer ]]; then
+python_steps() {
   # The Python client on 2 CUDA workers: the same pytest suites as CI (each
-# starts its own clusters), when the image's python3 has grpcio, protobuf,
-# numpy and pytest; its overhead beside ccctl's C++ client.
-python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
-  CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
-if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest
-import ccl.v1.worker_pb2_grpc
-print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
-    >"$OUT/python_imports.log" 2>&1; then
-  for suite in ops groups errors; do
-    step "python_$suite" 300 "${python_env[@]}" python3 -m pytest -q \
-      -p no:cacheprovider -rs "$root/client/python/tests/test_$suite.py"
-  done
-  step python_overhead 300 "${python_env[@]}" python3 \
-    "$root/bench/python_client_overhead.py" --device cuda \
-    --json "$OUT/python_overhead.json"
-else
-  summary+=("$(printf '%-28s %-12s' python_client "SKIP(imports)")")
-  echo "== python client: skipped, python3 lacks a module:"
-  cat "$OUT/python_imports.log"
-fi
+  # starts its own clusters), when the image's python3 has grpcio, protobuf,
+  # numpy and pytest; its overhead beside ccctl's C++ client.
+  python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
+    CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
+  if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest
+  import ccl.v1.worker_pb2_grpc
+  print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
+      >"$OUT/python_imports.log" 2>&1; then
+    for suite in ops groups errors; do
+      step "python_$suite" 300 "${python_env[@]}" python3 -m pytest -q \
+        -p no:cacheprovider -rs "$root/client/python/tests/test_$suite.py"
+    done
+    step python_overhead 300 "${python_env[@]}" python3 \
+      "$root/bench/python_client_overhead.py" --device cuda \
+      --json "$OUT/python_overhead.json"
+  else
+    summary+=("$(printf '%-28s %-12s' python_client "SKIP(imports)")")
+    echo "== python client: skipped, python3 lacks a module:"
+    cat "$OUT/python_imports.log"
+  fi
+}
 
-peer_steps
-  report
-  exit $((failures > 100 ? 100 : failures))
-fi
-ldd "$bundle/bin/ccworker" >"$OUT/ldd-ccworker.log" 2>&1 || true
+checks_steps() {
+  step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
+    --gtest_output="xml:$OUT/conformance_nccl_test.xml"
+  
+  # The NCCL abort path: workers killed (a 1 GiB all_reduce waiting for the
+  # victim in the survivor's kernel), stopped, and the coordinator restarted;
+  # each time the survivor aborts, the world re-forms and computes correctly.
+  step failure_nccl_test 420 env CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-5}" \
+    "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
+}
 
-step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
-  --gtest_output="xml:$OUT/conformance_nccl_test.xml"
-
-# The NCCL abort path: workers killed (a 1 GiB all_reduce waiting for the
-# victim in the survivor's kernel), stopped, and the coordinator restarted;
-# each time the survivor aborts, the world re-forms and computes correctly.
-step failure_nccl_test 420 env CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-5}" \
-  "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
-
-step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
-step status 30 "$ccctl" status
-step allreduce_sum 60 "$ccctl" allreduce --op sum
-for yaml in "$root"/examples/*.yaml; do
-  step "run_$(basename "$yaml" .yaml)" 120 "$ccctl" run "$yaml"
-done
-# Subgroups on 2 GPUs: a pair in reverse order, and a one-rank group (rank 0
-# takes part in the split as a non-member).
-step group_create 60 "$ccctl" group create pair --ranks 1,0
-step group_create_solo 60 "$ccctl" group create solo --ranks 1
-step group_allreduce 60 bash -c "'$ccctl' --group pair allreduce --op sum | tee /dev/stderr | grep -c '\[3.0\]' | grep -qx 2"
-step group_solo_broadcast 60 "$ccctl" --group solo broadcast --src 1
-step group_status 30 "$ccctl" group ls
 # Device fills and pinned copies are bit-identical to the CPU path: the same
 # fills on a CPU cluster and on the CUDA one give the same checksums.
+# Run through `bash -c` (exported), which shellcheck cannot follow.
+# shellcheck disable=SC2317
 fills_match() {
   local cpu_state=$OUT/cpu-state out_cuda=$OUT/fills-cuda.txt out_cpu=$OUT/fills-cpu.txt
   CCCTL_STATE_DIR=$cpu_state "$ccctl" cluster up --workers 2 --device cpu >/dev/null || return 1
@@ -202,46 +187,76 @@ fills_match() {
 }
 export -f fills_match
 export ccctl OUT CCCTL_STATE_DIR
-step fills_match_cpu 120 bash -c fills_match
 
-# Results checked on the device (-c 1), several dtypes.
-for dtype in float32 bfloat16 float16 int32; do
-  step "bench_check_$dtype" 120 "$ccctl" bench all_reduce -b 8 -e 256M -f 16 \
-    -n 5 -w 2 -c 1 -d "$dtype"
-done
-step bench_check_group 120 "$ccctl" --group pair bench reduce_scatter -b 1K \
-  -e 64M -f 16 -n 5 -w 2 -c 1
+cluster_steps() {
+  step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
+  step status 30 "$ccctl" status
+  step allreduce_sum 60 "$ccctl" allreduce --op sum
+  # What a client sees per op, small sizes (the RPCs and the op together).
+  step bench_e2e_all_reduce 120 "$ccctl" bench all_reduce -b 8 -e 1M -f 4 \
+    -n 200 -w 20 --e2e --csv "$OUT/e2e_all_reduce.csv"
+  if [[ -z ${CCL_GPU_QUICK:-} ]]; then
+  for yaml in "$root"/examples/*.yaml; do
+    step "run_$(basename "$yaml" .yaml)" 120 "$ccctl" run "$yaml"
+  done
+  # Subgroups on 2 GPUs: a pair in reverse order, and a one-rank group (rank 0
+  # takes part in the split as a non-member).
+  step group_create 60 "$ccctl" group create pair --ranks 1,0
+  step group_create_solo 60 "$ccctl" group create solo --ranks 1
+  step group_allreduce 60 bash -c "'$ccctl' --group pair allreduce --op sum | tee /dev/stderr | grep -c '\[3.0\]' | grep -qx 2"
+  step group_solo_broadcast 60 "$ccctl" --group solo broadcast --src 1
+  step group_status 30 "$ccctl" group ls
+  step fills_match_cpu 120 bash -c fills_match
+  
+  # Results checked on the device (-c 1), several dtypes.
+  for dtype in float32 bfloat16 float16 int32; do
+    step "bench_check_$dtype" 120 "$ccctl" bench all_reduce -b 8 -e 256M -f 16 \
+      -n 5 -w 2 -c 1 -d "$dtype"
+  done
+  step bench_check_group 120 "$ccctl" --group pair bench reduce_scatter -b 1K \
+    -e 64M -f 16 -n 5 -w 2 -c 1
+  
+  # A known sequence with a lone recv that times out (the world re-forms, so
+  # the groups above are gone afterwards), as a Chrome/Perfetto trace.
+  step trace_nccl 240 env CCCTL="$ccctl" "$root/scripts/trace-demo.sh" \
+    "$OUT/trace_nccl.json"
+  fi
 
-# A known sequence with a lone recv that times out (the world re-forms, so
-# the groups above are gone afterwards), as a Chrome/Perfetto trace.
-step trace_nccl 240 env CCCTL="$ccctl" "$root/scripts/trace-demo.sh" \
-  "$OUT/trace_nccl.json"
+  for op in ${ops//,/ }; do
+    step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \
+      --csv "$OUT/bench_$op.csv"
+  done
+  # all_reduce's small sizes with the timed loop in CUDA graphs (-G 10, as
+  # the peer's nccl_peer_graph step and PERF.md's nccl-tests figure).
+  step bench_graph_all_reduce 150 "$ccctl" bench all_reduce -b 8 -e 512K \
+    -f 2 -n 20 -w 5 -G 10 --csv "$OUT/bench_graph_all_reduce.csv"
+  # A client's cost per 8-byte all_reduce in pieces: a bare fan-out, one
+  # op (and the workers' share), without the agreement, and in a plan of
+  # 1000 ops.
+  step client_latency 150 "$bundle/bin/client_latency" --coordinator \
+    "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["coordinator"])' \
+      "$CCCTL_STATE_DIR/state.json")" --iters 2000 --plan 1000
+  # Worker logs (the state dir holds them) help when something failed.
+  step cluster_down 60 "$ccctl" cluster down
+  cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
+}
 
-for op in ${ops//,/ }; do
-  step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \
-    --csv "$OUT/bench_$op.csv"
-done
-# all_reduce's small sizes with the timed loop in CUDA graphs (-G 10, as
-# the peer's nccl_peer_graph step and PERF.md's nccl-tests figure).
-step bench_graph_all_reduce 150 "$ccctl" bench all_reduce -b 8 -e 512K -f 2 \
-  -n 20 -w 5 -G 10 --csv "$OUT/bench_graph_all_reduce.csv"
-# What a client sees per 8-byte all_reduce: one request each (p50, and its
-# split between the workers and RPC) and as one plan of 1000 ops; then the
-# pieces (a bare fan-out, the agreement's share).
-step e2e_all_reduce 150 "$ccctl" bench all_reduce -b 8 -e 8 -n 1000 -w 50 \
-  --e2e --csv "$OUT/e2e_all_reduce.csv"
-step client_latency 150 "$bundle/bin/client_latency" --coordinator \
-  "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["coordinator"])' \
-    "$CCCTL_STATE_DIR/state.json")" --iters 2000 --plan 1000
-# Worker logs (the state dir holds them) help when something failed.
-step cluster_down 60 "$ccctl" cluster down
-cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
+torch_steps() {
+  local torch_ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
+  step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" \
+    --ops "$torch_ops" -b 8 -e 2G -f 4 -n 20 -w 5 --csv-dir "$OUT"
+}
 
-# The peers in the same call, same sizes and iterations, once the cluster is
-# down so they never share the GPUs with it.
-peer_steps
-torch_ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
-step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" --ops "$torch_ops" \
-  -b 8 -e 2G -f 4 -n 20 -w 5 --csv-dir "$OUT"
+{ nvidia-smi; nvidia-smi topo -m; } >"$OUT/nvidia-smi.log" 2>&1 || true
+ldd "$bundle/bin/ccworker" >"$OUT/ldd-ccworker.log" 2>&1 || true
+# The peers run once the cluster is down, so they never share the GPUs.
+case $mode in
+  run) checks_steps; cluster_steps; python_steps; peer_steps; torch_steps ;;
+  quick) CCL_FAILURE_REPEATS=${CCL_FAILURE_REPEATS:-2} checks_steps
+    CCL_GPU_QUICK=1 cluster_steps; peer_steps ;;
+  peer) peer_steps ;;
+  python) python_steps ;;
+  *) echo "usage: $0 [build|run|quick|peer|python]" >&2; exit 2 ;;
+esac
 report
 exit $((failures > 100 ? 100 : failures))

@@ -148,9 +148,10 @@ class Communicator {
   }
 
   // Several ops of consecutive seqs, as one unit: one handle, complete when
-  // every op is (its device time covers them all). Without options this is
-  // Launch of each in turn, which every backend has; aggregation and graphs
-  // are UNIMPLEMENTED where the backend has no such thing (Gloo).
+  // every op is (its device time covers them all). Without options every
+  // backend has it (by default, Launch of each in turn; NCCL enqueues them
+  // between one pair of events); aggregation and graphs are UNIMPLEMENTED
+  // where the backend has no such thing (Gloo).
   virtual absl::StatusOr<std::unique_ptr<CommWork>> LaunchBatch(
       const std::vector<BoundOp>& ops, const BatchOptions& options);
 

@@ -332,10 +332,15 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::FromControl(
         absl::StrCat("making the agreement lane: ", agree.status().message())));
   }
   lanes[2].comm = *agree;
-  // Blocking streams on purpose: they order after host-side copies and
-  // fills on the legacy default stream.
+  // Streams that do not synchronise with the legacy default stream: the
+  // host-side copies and fills there are complete before they return (and
+  // an op waits for host accesses of its tensors), and a CUDA graph can only
+  // be captured on a stream that other threads' legacy-stream work cannot
+  // join.
   for (Lane& lane : lanes) {
-    if (cudaError_t e = cudaStreamCreate(&lane.stream); e != cudaSuccess) {
+    if (cudaError_t e =
+            cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking);
+        e != cudaSuccess) {
       lane.stream = nullptr;
       return fail(
           cuda::CudaErrorStatus(e, "cudaStreamCreate", __FILE__, __LINE__));
@@ -852,9 +857,8 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
 
 absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::LaunchBatch(
     const std::vector<BoundOp>& ops, const BatchOptions& options) {
-  if (!options.aggregate && options.graph_launches <= 0) {
-    return Communicator::LaunchBatch(ops, options);
-  }
+  // Without options the ops go on the stream back to back between one pair
+  // of events: per op only its NCCL call, as nccl-tests times them.
   if (absl::Status health = Health(); !health.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("nccl communicator is broken by an earlier error: ",
