@@ -30,13 +30,15 @@ if [[ $mode == build ]]; then
   set -e
   cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90
   make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test \
-    failure_nccl_test nccl_peer_bench client_latency
+    inprocess_conformance_nccl_test failure_nccl_test nccl_peer_bench \
+    client_latency
   rm -rf "$bundle"
   # From a worktree outside the main checkout's parent, name the tool.
   "${CCL_DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}" "$bundle" \
     "$build/server/ccworker" \
     "$build/coordinator/cccoord" "$build/client/ccctl" \
     "$build/tests/gpu/conformance_nccl_test" \
+    "$build/tests/conformance/inprocess_conformance_nccl_test" \
     "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench" \
     "$build/bench/client_latency"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
@@ -153,9 +155,14 @@ python_steps() {
 }
 
 checks_steps() {
+  # The in-process suite (the cases Gloo passes in CI, here on NCCL), then
+  # the same ops through real workers and their RPCs.
+  step inprocess_conformance_nccl_test 300 \
+    "$bundle/bin/inprocess_conformance_nccl_test" \
+    --gtest_output="xml:$OUT/inprocess_conformance_nccl_test.xml"
   step conformance_nccl_test 300 "$bundle/bin/conformance_nccl_test" \
     --gtest_output="xml:$OUT/conformance_nccl_test.xml"
-  
+
   # The NCCL abort path: workers killed (a 1 GiB all_reduce waiting for the
   # victim in the survivor's kernel), stopped, and the coordinator restarted;
   # each time the survivor aborts, the world re-forms and computes correctly.

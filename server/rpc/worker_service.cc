@@ -116,23 +116,6 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
   v1::ReadTensorChunk chunk_;
 };
 
-// Answers a unary call when its work completes. A client that cancels the
-// call cancels the work (WorkRequest::RequestCancel).
-class WorkReactor final : public grpc::ServerUnaryReactor {
- public:
-  WorkReactor(std::shared_ptr<Work> work, std::function<absl::Status()> respond)
-      : work_(std::move(work)) {
-    work_->OnDone([this, respond = std::move(respond)] {
-      Finish(ToGrpcStatus(respond()));
-    });
-  }
-  void OnCancel() override { work_->RequestCancel(); }
-  void OnDone() override { delete this; }
-
- private:
-  const std::shared_ptr<Work> work_;
-};
-
 // Answers a request that failed validation before any reactor work.
 class RejectedReadReactor final
     : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
@@ -204,6 +187,36 @@ class WriteReactor final
 };
 
 }  // namespace
+
+// Answers a unary call that starts work: at once with an error, or when its
+// work completes. A client that cancels the call cancels the work
+// (Work::RequestCancel), also one attached after the cancel came.
+class CallReactor final : public grpc::ServerUnaryReactor {
+ public:
+  void Fail(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void Attach(std::shared_ptr<Work> work,
+              std::function<absl::Status()> respond) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      work_ = work;
+      if (cancelled_) work->RequestCancel();
+    }
+    work->OnDone([this, respond = std::move(respond)] {
+      Finish(ToGrpcStatus(respond()));
+    });
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled_ = true;
+    if (work_) work_->RequestCancel();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  std::mutex mutex_;
+  bool cancelled_ = false;
+  std::shared_ptr<Work> work_;
+};
 
 WorkerService::WorkerService(WorkerCore& core, WorkerIdentity identity,
                              RequestLimits limits)
@@ -313,6 +326,29 @@ grpc::ServerUnaryReactor* WorkerService::SummarizeTensor(
   return reactor;
 }
 
+// A request stamped with a generation this worker has not reached yet (the
+// coordinator announced it; this worker is still re-forming) waits for it,
+// bounded by the request's timeout, instead of failing.
+void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
+                                 CallReactor* reactor,
+                                 std::function<void()> start) {
+  if (generation <= core_.generation()) {
+    start();
+    return;
+  }
+  const std::chrono::milliseconds timeout =
+      timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms)
+                     : core_.config().default_op_timeout;
+  core_.AwaitGeneration(generation, timeout,
+                        [reactor, start = std::move(start)](absl::Status s) {
+                          if (s.ok()) {
+                            start();
+                          } else {
+                            reactor->Fail(s);
+                          }
+                        });
+}
+
 grpc::ServerUnaryReactor* WorkerService::Submit(
     grpc::CallbackServerContext* context, const v1::OpRequest* request,
     v1::OpResponse* response) {
@@ -321,23 +357,28 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
     return Finish(context, core_.Refuse(request->group(), request->seq(), 1,
                                         request->generation(), spec.status()));
   }
-  auto work = core_.Submit(*spec);
-  if (!work.ok()) return Finish(context, work.status());
-  response->set_rank(core_.rank());
-  response->set_generation(core_.generation());
-  response->set_group(spec->group);
-  response->set_seq(spec->seq);
-  if (spec->async) {
-    response->set_work_id((*work)->id());
-    response->set_state(StateToProto((*work)->state()));
-    return Finish(context, absl::OkStatus());
-  }
-  Work* raw = work->get();
-  return new WorkReactor(*work, [raw, response] {
-    response->set_state(StateToProto(raw->state()));
-    *response->mutable_timing() = TimingToProto(raw->timing());
-    return raw->status();
-  });
+  auto* reactor = new CallReactor();
+  InGeneration(spec->generation, request->timeout_ms(), reactor,
+               [this, spec = *std::move(spec), reactor, response] {
+                 auto work = core_.Submit(spec);
+                 if (!work.ok()) return reactor->Fail(work.status());
+                 response->set_rank(core_.rank());
+                 response->set_generation(core_.generation());
+                 response->set_group(spec.group);
+                 response->set_seq(spec.seq);
+                 Work* raw = work->get();
+                 if (spec.async) {
+                   response->set_work_id(raw->id());
+                   response->set_state(StateToProto(raw->state()));
+                   return reactor->Fail(absl::OkStatus());
+                 }
+                 reactor->Attach(*work, [raw, response] {
+                   response->set_state(StateToProto(raw->state()));
+                   *response->mutable_timing() = TimingToProto(raw->timing());
+                   return raw->status();
+                 });
+               });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
@@ -350,34 +391,43 @@ grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
                                         std::max(1, request->ops_size()),
                                         request->generation(), plan.status()));
   }
-  auto work = core_.SubmitPlan(*plan);
-  if (!work.ok()) return Finish(context, work.status());
-  response->set_rank(core_.rank());
-  response->set_generation(core_.generation());
-  response->set_group(plan->group);
-  response->set_seq(plan->seq);
-  PlanWork* held = work->get();
-  return new WorkReactor(*work, [held, response] {
-    const std::vector<PlanOpResult> results = held->results();
-    const std::vector<OpSpec>& specs = held->op_specs();
-    for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
-      v1::WorkStatus* out = response->add_results();
-      out->set_work_id(held->id());
-      out->set_kind(ToProto(specs[i].kind));
-      out->set_group(specs[i].group);
-      out->set_seq(specs[i].seq);
-      out->set_state(results[i].status.ok() ? v1::WORK_STATE_COMPLETED
-                                            : v1::WORK_STATE_FAILED);
-      if (!results[i].status.ok()) {
-        out->set_error_code(static_cast<int32_t>(results[i].status.code()));
-        out->set_error_message(std::string(results[i].status.message()));
-      }
-      out->mutable_timing()->set_device_us(results[i].device_us);
-    }
-    // Each op's outcome is in the results; the call succeeded if the plan
-    // was run, whatever its ops did.
-    return absl::OkStatus();
-  });
+  auto* reactor = new CallReactor();
+  const int64_t timeout_ms =
+      request->ops_size() > 0 ? request->ops(0).timeout_ms() : 0;
+  InGeneration(
+      plan->generation, timeout_ms, reactor,
+      [this, plan = *std::move(plan), reactor, response] {
+        auto work = core_.SubmitPlan(plan);
+        if (!work.ok()) return reactor->Fail(work.status());
+        response->set_rank(core_.rank());
+        response->set_generation(core_.generation());
+        response->set_group(plan.group);
+        response->set_seq(plan.seq);
+        PlanWork* held = work->get();
+        reactor->Attach(*work, [held, response] {
+          const std::vector<PlanOpResult> results = held->results();
+          const std::vector<OpSpec>& specs = held->op_specs();
+          for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
+            v1::WorkStatus* out = response->add_results();
+            out->set_work_id(held->id());
+            out->set_kind(ToProto(specs[i].kind));
+            out->set_group(specs[i].group);
+            out->set_seq(specs[i].seq);
+            out->set_state(results[i].status.ok() ? v1::WORK_STATE_COMPLETED
+                                                  : v1::WORK_STATE_FAILED);
+            if (!results[i].status.ok()) {
+              out->set_error_code(
+                  static_cast<int32_t>(results[i].status.code()));
+              out->set_error_message(std::string(results[i].status.message()));
+            }
+            out->mutable_timing()->set_device_us(results[i].device_us);
+          }
+          // Each op's outcome is in the results; the call succeeded if the
+          // plan was run, whatever its ops did.
+          return absl::OkStatus();
+        });
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::ReleaseSequence(
@@ -403,23 +453,29 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
     return Finish(context, core_.Refuse(op.group(), op.seq(), 1,
                                         op.generation(), spec.status()));
   }
-  auto work = core_.Bench(*spec, BenchOptionsFromProto(*request));
-  if (!work.ok()) return Finish(context, work.status());
-  BenchWork* held = work->get();
-  const int rank = core_.rank();
-  return new WorkReactor(*work, [held, response, rank] {
-    const absl::Status status = held->status();
-    if (status.ok()) {
-      const BenchResult result = held->result();
-      response->set_rank(rank);
-      response->set_time_us(result.time_us);
-      response->set_avg_us(result.avg_us);
-      response->set_min_us(result.min_us);
-      response->set_max_us(result.max_us);
-      response->set_wrong(result.wrong);
-    }
-    return status;
-  });
+  auto* reactor = new CallReactor();
+  InGeneration(spec->generation, op.timeout_ms(), reactor,
+               [this, spec = *std::move(spec),
+                options = BenchOptionsFromProto(*request), reactor, response] {
+                 auto work = core_.Bench(spec, options);
+                 if (!work.ok()) return reactor->Fail(work.status());
+                 BenchWork* held = work->get();
+                 const int rank = core_.rank();
+                 reactor->Attach(*work, [held, response, rank] {
+                   const absl::Status status = held->status();
+                   if (status.ok()) {
+                     const BenchResult result = held->result();
+                     response->set_rank(rank);
+                     response->set_time_us(result.time_us);
+                     response->set_avg_us(result.avg_us);
+                     response->set_min_us(result.min_us);
+                     response->set_max_us(result.max_us);
+                     response->set_wrong(result.wrong);
+                   }
+                   return status;
+                 });
+               });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::Wait(
@@ -505,10 +561,11 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   auto work =
       core_.CreateGroup(request->name(), ranks, request->seq(), timeout);
   if (!work.ok()) return Finish(context, work.status());
+  auto* reactor = new CallReactor();
   Work* held = work->get();
   WorkerCore* core = &core_;
   const std::string name = request->name();
-  return new WorkReactor(*work, [held, response, core, name] {
+  reactor->Attach(*work, [held, response, core, name] {
     absl::Status status = held->status();
     if (status.ok()) {
       for (const GroupInfo& group : core->Groups()) {
@@ -517,6 +574,7 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
     }
     return status;
   });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetOpLog(

@@ -16,6 +16,8 @@
 
 namespace ccl {
 
+class CallReactor;
+
 // What GetInfo reports besides the core's own state.
 struct WorkerIdentity {
   std::string address;
@@ -84,6 +86,10 @@ class WorkerService final : public v1::Worker::CallbackService {
                                         v1::GroupInfo* response) override;
 
  private:
+  // Runs `start` now, or once this worker reaches `generation`.
+  void InGeneration(int64_t generation, int64_t timeout_ms,
+                    CallReactor* reactor, std::function<void()> start);
+
   WorkerCore& core_;
   const RequestLimits limits_;
   WorkerIdentity identity_;  // address guarded by state_mutex_

@@ -7,14 +7,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
 
 #include "google/protobuf/stubs/logging.h"
 #include "server/core/worker_core.h"
+#include "server/rpc/convert.h"
 #include "server/rpc/request_limits.h"
-#include "server/rpc/worker_service.h"
 #include "tests/testing/in_memory_kv_store.h"
 
 namespace ccl {
@@ -58,9 +57,7 @@ class Harness {
     switch (selector % 11) {
       case 0:
         Handle<v1::AllocTensorRequest>(bytes, [&](const auto& r) {
-          absl::Status s = ValidateRequest(
-              r, limits_, static_cast<int64_t>(core_->List().size()));
-          if (!s.ok()) return;
+          if (!ValidateRequest(r, limits_).ok()) return;
           auto meta = TensorSpecFromProto(r.spec());
           auto fill = FillFromProto(r.fill());
           if (meta.ok() && fill.ok()) (void)core_->Alloc(*meta, *fill);
@@ -115,12 +112,8 @@ class Harness {
           if (!ValidateRequest(r, limits_).ok()) return;
           auto spec = OpSpecFromProto(r.op());
           if (!spec.ok()) return;
-          auto done = std::make_shared<std::promise<void>>();
-          auto future = done->get_future();
-          absl::Status s = core_->Bench(
-              *spec, r.warmup_iters(), r.iters(), r.check(),
-              [done](absl::StatusOr<BenchResult>) { done->set_value(); });
-          if (s.ok()) future.wait_for(kWorkWait);
+          auto work = core_->Bench(*spec, BenchOptionsFromProto(r));
+          if (work.ok()) (void)(*work)->Wait(kWorkWait);
         });
         break;
       case 7:
@@ -145,11 +138,7 @@ class Harness {
         break;
       case 9:
         Handle<v1::CreateGroupRequest>(bytes, [&](const auto& r) {
-          if (!ValidateRequest(r, limits_,
-                               static_cast<int64_t>(core_->Groups().size()))
-                   .ok()) {
-            return;
-          }
+          if (!ValidateRequest(r, limits_).ok()) return;
           std::vector<int> ranks(r.ranks().begin(), r.ranks().end());
           auto work = core_->CreateGroup(r.name(), ranks, r.seq(),
                                          std::chrono::milliseconds(200));

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -402,6 +404,78 @@ TEST_F(FailureTest, LoneRecvFailsClearlyAndTheNextCollectiveWorks) {
   for (int r = 0; r < kWorkers; ++r) ExpectKeep(r);
 }
 
+// Right after a re-form the coordinator already hands out the new
+// generation while workers may still be forming it: an op stamped with it
+// waits for the worker to get there (bounded by the op's timeout) instead of
+// failing with "op is for generation 2 but this worker is in generation 1".
+TEST_F(FailureTest, AnOpRightAfterAReformWaitsForTheNewGeneration) {
+  auto client = Client(seconds(10));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation;
+  ASSERT_TRUE(AllocOnDevice(*client, 1, "t", 3, FillKind::kZeros).ok());
+  client::Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.input = "t";
+  recv.peer = 0;
+  recv.timeout = milliseconds(1500);
+  (void)client->PointToPoint({{1, recv}});
+  // As soon as the coordinator names a later generation, a new client (as a
+  // user's next command would) runs an op in it; no waiting for the workers.
+  std::unique_ptr<ClusterClient> next;
+  for (auto deadline = Clock::now() + kRecovery; Clock::now() < deadline;) {
+    next = Client(seconds(10));
+    if (next && next->world().generation > generation &&
+        next->world().state == client::WorldState::kComplete) {
+      break;
+    }
+    next.reset();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_NE(next, nullptr) << "the world never moved past generation "
+                           << generation;
+  client::Op barrier;
+  barrier.kind = OpKind::kBarrier;
+  barrier.timeout = milliseconds(kOpTimeoutMs * 4);
+  for (const auto& r : next->Collective(barrier)) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ExpectCorrectAllReduce("check");
+}
+
+// Subgroups outlive a re-form, even one where a member was replaced by a
+// restarted worker that never saw the group made: the survivors tell it.
+TEST_F(FailureTest, SubgroupsSurviveAReformWithAReplacedMember) {
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation;
+  for (const auto& r : client->CreateGroup("pair", {0, 1})) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
+  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
+  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto pair = Client(seconds(20));
+  ASSERT_NE(pair, nullptr);
+  ASSERT_TRUE(pair->UseGroup("pair").ok());
+  for (int r : {0, 1}) {
+    (void)pair->Free(r, "g");
+    ASSERT_TRUE(AllocOnDevice(*pair, r, "g", 16, FillKind::kRankPlusOne).ok());
+  }
+  for (const auto& r : pair->Collective(AllReduce("g"))) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  for (int r : {0, 1}) {
+    auto summary = pair->Summarize(r, "g", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->min, 3.0) << "rank " << r;  // 1 + 2
+  }
+}
+
 // Two clients disagreeing on what seq 7 is (rank 0 all_reduce, the others
 // broadcast): every rank refuses with the difference named; nothing hangs,
 // nothing breaks, and the next collective needs no new generation.
@@ -572,6 +646,17 @@ TEST_F(ElasticShrinkTest, AKilledRankIsDroppedAndTheWorldGoesOn) {
     EXPECT_EQ(summary->head[0], old_rank) << "new rank " << rank;
   }
   ExpectCorrectAllReduce("check");
+  // NCCL shrinks the survivors' communicator (ncclCommShrink) instead of a
+  // new rendezvous; Gloo has no shrink and says it builds a new one.
+  std::ifstream log(cluster_->worker(0).log_path());
+  std::stringstream text;
+  text << log.rdbuf();
+  const std::string formed =
+      absl::StrCat("world communicator of generation ", *ready, " (0 of ",
+                   kWorkers - 1, ") ");
+  EXPECT_THAT(text.str(),
+              ::testing::HasSubstr(absl::StrCat(
+                  formed, kCuda ? "shrunk from the last one" : "built")));
 }
 
 }  // namespace

@@ -1,15 +1,10 @@
-# Worker logic: tensor store and the in-process Gloo conformance suite.
+# Worker logic: the tensor store and groups (the in-process conformance
+# suite over every backend is in tests/conformance/).
 add_executable(tensor_store_unit_tests ${CMAKE_CURRENT_LIST_DIR}/tensor_store_test.cc)
 target_link_libraries(tensor_store_unit_tests PRIVATE ccl_worker_core GTest::gtest_main)
 ccl_target_defaults(tensor_store_unit_tests)
 add_test(NAME tensor_store_unit_tests COMMAND tensor_store_unit_tests)
 set_tests_properties(tensor_store_unit_tests PROPERTIES LABELS unit TIMEOUT 60)
-
-add_executable(gloo_conformance_unit_tests ${CMAKE_CURRENT_LIST_DIR}/gloo_conformance_test.cc)
-target_link_libraries(gloo_conformance_unit_tests PRIVATE ccl_worker_core GTest::gtest_main)
-ccl_target_defaults(gloo_conformance_unit_tests)
-add_test(NAME gloo_conformance_unit_tests COMMAND gloo_conformance_unit_tests)
-set_tests_properties(gloo_conformance_unit_tests PROPERTIES LABELS unit TIMEOUT 120)
 
 add_executable(groups_unit_tests ${CMAKE_CURRENT_LIST_DIR}/groups_unit_test.cc)
 target_link_libraries(groups_unit_tests PRIVATE ccl_worker_core GTest::gtest_main)
