@@ -330,17 +330,17 @@ RankResults<BenchResult> ClusterClient::Bench(
     stamped.push_back(std::move(request));
   }
   return ToNativeEach<BenchResult>(
-      ranks, impl_->CallEach<v1::BenchRequest, v1::BenchResponse>(
-                 ranks, std::move(stamped), &Async::Bench,
-                 [](const v1::BenchRequest& request) {
-                   // A bench runs many ops: its deadline grows with them.
-                   const int64_t instances =
-                       2 + request.warmup_iters() +
-                       static_cast<int64_t>(request.iters()) *
-                           std::max(1, request.graph_launches());
-                   return internal::ClientImpl::OpDeadline(
-                       milliseconds(request.op().timeout_ms()) * instances);
-                 }));
+      ranks,
+      impl_->CallEach<v1::BenchRequest, v1::BenchResponse>(
+          ranks, std::move(stamped), &Async::Bench,
+          [timeout = impl_->options.timeout](const v1::BenchRequest& request) {
+            // A bench runs many ops: its deadline grows with them.
+            const int64_t instances = 2 + request.warmup_iters() +
+                                      static_cast<int64_t>(request.iters()) *
+                                          std::max(1, request.graph_launches());
+            return internal::ClientImpl::OpDeadline(
+                milliseconds(request.op().timeout_ms()) * instances, timeout);
+          }));
 }
 
 absl::StatusOr<WorkStatus> ClusterClient::Wait(int rank, int64_t work_id,

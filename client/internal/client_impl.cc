@@ -137,8 +137,9 @@ std::chrono::system_clock::time_point internal::ClientImpl::Deadline(
 }
 
 std::chrono::system_clock::time_point internal::ClientImpl::OpDeadline(
-    milliseconds op_time) {
-  return std::chrono::system_clock::now() + op_time + kRpcMargin;
+    milliseconds op_time, milliseconds client_timeout) {
+  return std::chrono::system_clock::now() + op_time + client_timeout +
+         kRpcMargin;
 }
 
 absl::StatusOr<v1::OpRequest> internal::ClientImpl::ToWireOp(
@@ -215,8 +216,8 @@ RankResults<OpResult> internal::ClientImpl::SubmitEach(
   auto results = CallEach<v1::OpRequest, v1::OpResponse>(
       group_ranks, std::move(requests),
       &v1::Worker::StubInterface::async_interface::Submit,
-      [](const v1::OpRequest& op) {
-        return OpDeadline(milliseconds(op.timeout_ms()));
+      [timeout = options.timeout](const v1::OpRequest& op) {
+        return OpDeadline(milliseconds(op.timeout_ms()), timeout);
       });
   RankResults<OpResult> out;
   out.reserve(results.size());

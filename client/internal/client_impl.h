@@ -80,9 +80,14 @@ struct ClientImpl {
   std::chrono::system_clock::time_point Deadline(
       std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
   // The RPC deadline of ops whose own timeouts add up to `op_time`: their
-  // worker's error must arrive before the RPC gives up.
+  // worker's error must arrive before the RPC gives up. The client's own
+  // timeout is added on top of the margin (as before the native API): a
+  // worker on a loaded machine reports a peer that never arrived well after
+  // the op's timeout, and that report, not gRPC's bare DEADLINE_EXCEEDED, is
+  // what the user needs.
   static std::chrono::system_clock::time_point OpDeadline(
-      std::chrono::milliseconds op_time);
+      std::chrono::milliseconds op_time,
+      std::chrono::milliseconds client_timeout);
 
   // One call per rank, all in flight at once; `requests[i]` goes to
   // `ranks[i]`, or fails locally when it is an error. Results in order.

@@ -23,14 +23,18 @@ using std::chrono::milliseconds;
 class RankPlan {
  public:
   RankPlan(v1::Worker::Stub* stub, v1::PlanRequest request,
-           internal::Countdown* countdown)
-      : stub_(stub), request_(std::move(request)), countdown_(countdown) {}
+           milliseconds client_timeout, internal::Countdown* countdown)
+      : stub_(stub),
+        request_(std::move(request)),
+        client_timeout_(client_timeout),
+        countdown_(countdown) {}
 
   void Start() {
     milliseconds total(0);
     for (const auto& op : request_.ops())
       total += milliseconds(op.timeout_ms());
-    context_.set_deadline(internal::ClientImpl::OpDeadline(total));
+    context_.set_deadline(
+        internal::ClientImpl::OpDeadline(total, client_timeout_));
     stub_->async()->SubmitPlan(
         &context_, &request_, &response_,
         [this](grpc::Status status) { OnPlanDone(status); });
@@ -74,8 +78,8 @@ class RankPlan {
       op.set_skip_agreement(true);
     }
     step_context_ = std::make_unique<grpc::ClientContext>();
-    step_context_->set_deadline(
-        internal::ClientImpl::OpDeadline(milliseconds(op.timeout_ms())));
+    step_context_->set_deadline(internal::ClientImpl::OpDeadline(
+        milliseconds(op.timeout_ms()), client_timeout_));
     step_request_ = std::move(op);
     stub_->async()->Submit(
         step_context_.get(), &step_request_, &step_response_,
@@ -110,6 +114,7 @@ class RankPlan {
 
   v1::Worker::Stub* const stub_;
   const v1::PlanRequest request_;
+  const milliseconds client_timeout_;
   internal::Countdown* const countdown_;
   grpc::ClientContext context_;
   v1::PlanResponse response_;
@@ -162,8 +167,8 @@ RankResults<PlanResult> internal::ClientImpl::SubmitPlan(const Plan& plan) {
     request.set_generation(world.generation);
     request.set_aggregate(plan.aggregate);
     for (const auto& step : steps) *request.add_ops() = step[i];
-    calls[i] =
-        std::make_unique<RankPlan>(*stub, std::move(request), &countdown);
+    calls[i] = std::make_unique<RankPlan>(*stub, std::move(request),
+                                          options.timeout, &countdown);
     calls[i]->Start();
   }
   countdown.Wait();
