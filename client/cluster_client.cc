@@ -1,26 +1,57 @@
 #include "client/cluster_client.h"
 
-#include <grpcpp/grpcpp.h>
-
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/grpc_status.h"
+#include "client/internal/client_impl.h"
+#include "client/internal/convert.h"
 
-namespace ccl {
+namespace ccl::client {
 namespace {
 
-// Margin between an op's own deadline and the RPC's, so that the worker's
-// clear error arrives before the RPC gives up.
-constexpr std::chrono::milliseconds kRpcMargin(5000);
+using std::chrono::milliseconds;
+using Async = v1::Worker::StubInterface::async_interface;
 
-template <typename Response, typename Call>
-absl::StatusOr<Response> Unary(const Call& call) {
-  Response response;
-  absl::Status status = FromGrpcStatus(call(&response));
-  if (!status.ok()) return status;
-  return response;
+template <typename Native, typename Wire>
+RankResults<Native> ToNativeEach(const std::vector<int>& ranks,
+                                 std::vector<absl::StatusOr<Wire>> results) {
+  RankResults<Native> out;
+  out.reserve(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (results[i].ok()) {
+      out.push_back({ranks[i], internal::ToNative(*results[i])});
+    } else {
+      out.push_back({ranks[i], results[i].status()});
+    }
+  }
+  return out;
+}
+
+template <typename T>
+absl::StatusOr<T> Single(RankResults<T> results) {
+  return std::move(results.front().result);
+}
+
+std::vector<int> RanksOf(const std::vector<WorkRef>& works) {
+  std::vector<int> ranks;
+  ranks.reserve(works.size());
+  for (const WorkRef& work : works) ranks.push_back(work.rank);
+  return ranks;
+}
+
+// One op at one fresh seq of the client's group.
+RankResults<OpResult> RunStep(internal::ClientImpl& impl,
+                              const PlanStep& step) {
+  const std::vector<int>& ranks = impl.group_ranks;
+  // A bad root or peer fails before a seq is taken, so the group sees no
+  // gap.
+  auto ops = impl.OpsForRanks(step);
+  if (!ops.ok()) return FailEach<OpResult>(ranks, ops.status());
+  auto seq = impl.TakeSeqs(1);
+  if (!seq.ok()) return FailEach<OpResult>(ranks, seq.status());
+  for (v1::OpRequest& op : *ops) impl.Stamp(op, *seq);
+  return impl.SubmitEach(*std::move(ops));
 }
 
 }  // namespace
@@ -31,14 +62,10 @@ std::string StatusText(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-ClusterClient::ClusterClient(ClientOptions options,
-                             std::unique_ptr<CoordinatorClient> coordinator,
-                             ChannelFactory channels, v1::World world)
-    : options_(std::move(options)),
-      coordinator_(std::move(coordinator)),
-      channels_(std::move(channels)),
-      world_(std::move(world)),
-      group_ranks_(AllRanks()) {}
+ClusterClient::ClusterClient(std::unique_ptr<internal::ClientImpl> impl)
+    : impl_(std::move(impl)) {}
+
+ClusterClient::~ClusterClient() = default;
 
 absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
     const ClientOptions& options) {
@@ -50,33 +77,51 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
   if (!world.ok()) {
     return absl::Status(world.status().code(),
                         absl::StrCat("coordinator ", options.coordinator, ": ",
-                                     std::string(world.status().message())));
+                                     world.status().message()));
   }
   std::unique_ptr<ClusterClient> client(
-      new ClusterClient(options, std::move(coordinator), *std::move(channels),
-                        *std::move(world)));
+      new ClusterClient(std::make_unique<internal::ClientImpl>(
+          options, std::move(coordinator), *std::move(channels),
+          internal::ToNative(*world))));
+  client->impl_->options.group = "world";
   if (!options.group.empty() && options.group != "world") {
     if (absl::Status s = client->UseGroup(options.group); !s.ok()) return s;
   }
   return client;
 }
 
-absl::StatusOr<int> ClusterClient::GroupRank(int world_rank) const {
-  auto it = std::find(group_ranks_.begin(), group_ranks_.end(), world_rank);
-  if (it == group_ranks_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", world_rank, " is not a member of group '", options_.group,
-        "' (world ranks ", absl::StrJoin(group_ranks_, ","), ")"));
+const ClientOptions& ClusterClient::options() const { return impl_->options; }
+const World& ClusterClient::world() const { return impl_->world; }
+int ClusterClient::world_size() const { return impl_->world.world_size; }
+std::vector<int> ClusterClient::AllRanks() const { return impl_->AllRanks(); }
+
+absl::Status ClusterClient::CheckRanks(const std::vector<int>& ranks) const {
+  const int size = impl_->world.world_size;
+  for (int rank : ranks) {
+    if (rank < 0 || rank >= size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " is out of range; the world has ", size,
+                       " ranks (0..", size - 1, ")"));
+    }
   }
-  return static_cast<int>(it - group_ranks_.begin());
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::GroupInfo>> ClusterClient::Groups() {
-  auto infos =
-      FanOut<v1::WorkerInfo>(AllRanks(), [&](int rank) { return Info(rank); });
-  std::vector<v1::GroupInfo> groups;
+const std::string& ClusterClient::group() const { return impl_->group; }
+const std::vector<int>& ClusterClient::GroupRanks() const {
+  return impl_->group_ranks;
+}
+int ClusterClient::group_size() const {
+  return static_cast<int>(impl_->group_ranks.size());
+}
+absl::StatusOr<int> ClusterClient::GroupRank(int world_rank) const {
+  return impl_->GroupRank(world_rank);
+}
+
+absl::StatusOr<std::vector<GroupInfo>> ClusterClient::Groups() {
+  std::vector<GroupInfo> groups;
   absl::Status first_error;
-  for (const auto& r : infos) {
+  for (auto& r : Info(AllRanks())) {
     if (!r.result.ok()) {
       if (first_error.ok()) {
         first_error = absl::Status(
@@ -85,10 +130,11 @@ absl::StatusOr<std::vector<v1::GroupInfo>> ClusterClient::Groups() {
       }
       continue;
     }
-    for (const auto& group : r.result->groups()) {
-      bool known = false;
-      for (const auto& g : groups) known = known || g.name() == group.name();
-      if (!known) groups.push_back(group);
+    for (GroupInfo& group : r.result->groups) {
+      const bool known =
+          std::any_of(groups.begin(), groups.end(),
+                      [&](const GroupInfo& g) { return g.name == group.name; });
+      if (!known) groups.push_back(std::move(group));
     }
   }
   if (groups.empty() && !first_error.ok()) return first_error;
@@ -97,365 +143,260 @@ absl::StatusOr<std::vector<v1::GroupInfo>> ClusterClient::Groups() {
 
 absl::Status ClusterClient::UseGroup(const std::string& group) {
   if (group.empty() || group == "world") {
-    options_.group = "world";
-    group_ranks_ = AllRanks();
+    impl_->SetGroup("world", AllRanks());
+    impl_->options.group = "world";
     return absl::OkStatus();
   }
   auto groups = Groups();
   if (!groups.ok()) return groups.status();
   std::string known;
-  for (const auto& g : *groups) {
-    if (g.name() == group) {
-      options_.group = group;
-      group_ranks_.assign(g.ranks().begin(), g.ranks().end());
+  for (const GroupInfo& g : *groups) {
+    if (g.name == group) {
+      impl_->SetGroup(group, g.ranks);
+      impl_->options.group = group;
       return absl::OkStatus();
     }
-    absl::StrAppend(&known, known.empty() ? "" : ", ", g.name());
+    absl::StrAppend(&known, known.empty() ? "" : ", ", g.name);
   }
   return absl::NotFoundError(absl::StrCat(
       "no group named '", group, "' in the cluster (known: ", known,
       "); make it with `ccctl group create`"));
 }
 
-std::vector<RankResult<v1::GroupInfo>> ClusterClient::CreateGroup(
+RankResults<GroupInfo> ClusterClient::CreateGroup(
     const std::string& name, const std::vector<int>& ranks) {
-  auto seq = coordinator_->ReserveSequence(world_.generation(), "world", 1);
-  if (!seq.ok()) {
-    std::vector<RankResult<v1::GroupInfo>> failed;
-    for (int rank : AllRanks()) failed.push_back({rank, seq.status()});
-    return failed;
-  }
+  const std::vector<int> everyone = AllRanks();
+  // The split is an op of the world group, whatever the client's group.
+  auto seq = impl_->TakeSeqs(1, "world");
+  if (!seq.ok()) return FailEach<GroupInfo>(everyone, seq.status());
   v1::CreateGroupRequest request;
   request.set_name(name);
   for (int rank : ranks) request.add_ranks(rank);
   request.set_seq(*seq);
-  request.set_generation(world_.generation());
-  return FanOut<v1::GroupInfo>(AllRanks(), [&](int rank) {
-    auto context = Context(kRpcMargin);
-    return Unary<v1::GroupInfo>([&](v1::GroupInfo* response) {
-      return Worker(rank).CreateGroup(context.get(), request, response);
-    });
-  });
+  // The generation the seq was reserved in: a worker still forming it
+  // waits for it, one in another generation refuses.
+  request.set_generation(impl_->world.generation);
+  const auto deadline = impl_->Deadline(internal::ClientImpl::kRpcMargin);
+  return ToNativeEach<GroupInfo>(
+      everyone,
+      impl_->CallEach<v1::CreateGroupRequest, v1::GroupInfo>(
+          everyone,
+          std::vector<absl::StatusOr<v1::CreateGroupRequest>>(everyone.size(),
+                                                              request),
+          &Async::CreateGroup,
+          [deadline](const v1::CreateGroupRequest&) { return deadline; }));
 }
 
-absl::Status ClusterClient::ToGroupRanks(v1::OpRequest& op) const {
-  if (options_.group == "world") return absl::OkStatus();
-  switch (op.kind()) {
-    case v1::OP_KIND_BROADCAST:
-    case v1::OP_KIND_REDUCE:
-    case v1::OP_KIND_GATHER:
-    case v1::OP_KIND_SCATTER: {
-      auto root = GroupRank(op.root());
-      if (!root.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("root: ", root.status().message()));
-      }
-      op.set_root(*root);
-      break;
-    }
-    case v1::OP_KIND_SEND:
-    case v1::OP_KIND_RECV: {
-      auto peer = GroupRank(op.peer());
-      if (!peer.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("peer: ", peer.status().message()));
-      }
-      op.set_peer(*peer);
-      break;
-    }
-    default:
-      break;
-  }
-  return absl::OkStatus();
+absl::StatusOr<WorkerInfo> ClusterClient::Info(int rank) {
+  return Single(Info(std::vector<int>{rank}));
 }
 
-std::vector<int> ClusterClient::AllRanks() const {
+RankResults<WorkerInfo> ClusterClient::Info(const std::vector<int>& ranks) {
+  return ToNativeEach<WorkerInfo>(
+      ranks, impl_->CallEach<v1::GetInfoRequest, v1::WorkerInfo>(
+                 ranks, v1::GetInfoRequest(), &Async::GetInfo));
+}
+
+absl::StatusOr<TensorInfo> ClusterClient::Alloc(int rank,
+                                                const TensorSpec& spec,
+                                                const Fill& fill) {
+  return Single(Alloc({TensorAlloc{rank, spec, fill}}));
+}
+
+RankResults<TensorInfo> ClusterClient::Alloc(const std::vector<int>& ranks,
+                                             const TensorSpec& spec,
+                                             const Fill& fill) {
+  std::vector<TensorAlloc> allocs;
+  allocs.reserve(ranks.size());
+  for (int rank : ranks) allocs.push_back({rank, spec, fill});
+  return Alloc(allocs);
+}
+
+RankResults<TensorInfo> ClusterClient::Alloc(
+    const std::vector<TensorAlloc>& allocs) {
   std::vector<int> ranks;
-  for (const auto& member : world_.members()) ranks.push_back(member.rank());
-  return ranks;
-}
-
-absl::Status ClusterClient::CheckRanks(const std::vector<int>& ranks) const {
-  for (int rank : ranks) {
-    if (rank < 0 || rank >= world_.world_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rank ", rank, " is out of range; the world has ",
-          world_.world_size(), " ranks (0..", world_.world_size() - 1, ")"));
-    }
+  std::vector<absl::StatusOr<v1::AllocTensorRequest>> requests;
+  for (const TensorAlloc& alloc : allocs) {
+    ranks.push_back(alloc.rank);
+    v1::AllocTensorRequest request;
+    *request.mutable_spec() =
+        internal::ToWire(alloc.spec, impl_->DeviceOf(alloc.rank));
+    *request.mutable_fill() = internal::ToWire(alloc.fill);
+    requests.push_back(std::move(request));
   }
-  return absl::OkStatus();
-}
-
-v1::Worker::Stub& ClusterClient::Worker(int rank) {
-  {
-    std::lock_guard<std::mutex> lock(stubs_mutex_);
-    auto it = stubs_.find(rank);
-    if (it != stubs_.end()) return *it->second;
-  }
-  std::string address;
-  for (const auto& member : world_.members()) {
-    if (member.rank() == rank) address = member.address();
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(16 << 20);
-  auto channel = channels_.Make(address, args);
-  // A fresh channel's first RPC fails at once if its first connection
-  // attempt does (seen under load on loopback); connecting up front, with a
-  // short bound and outside the lock so ranks connect in parallel, keeps
-  // that from failing an op while a worker that is gone still fails fast.
-  channel->WaitForConnected(std::chrono::system_clock::now() +
-                            std::min<std::chrono::milliseconds>(
-                                options_.timeout, std::chrono::seconds(3)));
-  std::lock_guard<std::mutex> lock(stubs_mutex_);
-  auto& stub = stubs_[rank];
-  if (!stub) stub = v1::Worker::NewStub(channel);
-  return *stub;
-}
-
-std::unique_ptr<grpc::ClientContext> ClusterClient::Context(
-    std::chrono::milliseconds extra) const {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() + options_.timeout +
-                        extra);
-  return context;
-}
-
-absl::StatusOr<v1::WorkerInfo> ClusterClient::Info(int rank) {
-  auto context = Context();
-  return Unary<v1::WorkerInfo>([&](v1::WorkerInfo* response) {
-    return Worker(rank).GetInfo(context.get(), v1::GetInfoRequest(), response);
-  });
-}
-
-absl::StatusOr<v1::TensorInfo> ClusterClient::Alloc(
-    int rank, const v1::AllocTensorRequest& request) {
-  auto context = Context();
-  return Unary<v1::TensorInfo>([&](v1::TensorInfo* response) {
-    return Worker(rank).AllocTensor(context.get(), request, response);
-  });
+  const auto deadline = impl_->Deadline();
+  return ToNativeEach<TensorInfo>(
+      ranks, impl_->CallEach<v1::AllocTensorRequest, v1::TensorInfo>(
+                 ranks, std::move(requests), &Async::AllocTensor,
+                 [deadline](const auto&) { return deadline; }));
 }
 
 absl::StatusOr<int64_t> ClusterClient::Free(int rank, const std::string& name) {
-  auto context = Context();
+  return Single(Free(std::vector<int>{rank}, name));
+}
+
+RankResults<int64_t> ClusterClient::Free(const std::vector<int>& ranks,
+                                         const std::string& name) {
   v1::FreeTensorRequest request;
   request.set_name(name);
-  auto response = Unary<v1::FreeTensorResponse>([&](auto* out) {
-    return Worker(rank).FreeTensor(context.get(), request, out);
-  });
-  if (!response.ok()) return response.status();
-  return response->freed_bytes();
+  auto results = impl_->CallEach<v1::FreeTensorRequest, v1::FreeTensorResponse>(
+      ranks, request, &Async::FreeTensor);
+  RankResults<int64_t> out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (results[i].ok()) {
+      out.push_back({ranks[i], results[i]->freed_bytes()});
+    } else {
+      out.push_back({ranks[i], results[i].status()});
+    }
+  }
+  return out;
 }
 
-absl::StatusOr<v1::ListTensorsResponse> ClusterClient::List(int rank) {
-  auto context = Context();
-  return Unary<v1::ListTensorsResponse>([&](auto* out) {
-    return Worker(rank).ListTensors(context.get(), v1::ListTensorsRequest(),
-                                    out);
-  });
+absl::StatusOr<TensorList> ClusterClient::List(int rank) {
+  return Single(List(std::vector<int>{rank}));
 }
 
-absl::StatusOr<v1::TensorSummary> ClusterClient::Summarize(
-    int rank, const std::string& name, int64_t head) {
-  auto context = Context();
+RankResults<TensorList> ClusterClient::List(const std::vector<int>& ranks) {
+  return ToNativeEach<TensorList>(
+      ranks, impl_->CallEach<v1::ListTensorsRequest, v1::ListTensorsResponse>(
+                 ranks, v1::ListTensorsRequest(), &Async::ListTensors));
+}
+
+absl::StatusOr<TensorSummary> ClusterClient::Summarize(int rank,
+                                                       const std::string& name,
+                                                       int64_t head) {
+  return Single(Summarize(std::vector<int>{rank}, name, head));
+}
+
+RankResults<TensorSummary> ClusterClient::Summarize(
+    const std::vector<int>& ranks, const std::string& name, int64_t head) {
   v1::SummarizeTensorRequest request;
   request.set_name(name);
   request.set_head(head);
-  return Unary<v1::TensorSummary>([&](auto* out) {
-    return Worker(rank).SummarizeTensor(context.get(), request, out);
-  });
+  return ToNativeEach<TensorSummary>(
+      ranks, impl_->CallEach<v1::SummarizeTensorRequest, v1::TensorSummary>(
+                 ranks, request, &Async::SummarizeTensor));
 }
 
-absl::StatusOr<v1::TensorInfo> ClusterClient::Write(int rank,
-                                                    const std::string& name,
-                                                    int64_t offset_bytes,
-                                                    const std::string& bytes) {
-  constexpr size_t kChunk = 1 << 20;
-  auto context = Context();
-  v1::TensorInfo info;
-  auto writer = Worker(rank).WriteTensor(context.get(), &info);
-  size_t done = 0;
-  do {
-    v1::WriteTensorChunk chunk;
-    if (done == 0) chunk.set_name(name);
-    chunk.set_offset_bytes(offset_bytes + static_cast<int64_t>(done));
-    const size_t n = std::min(kChunk, bytes.size() - done);
-    chunk.set_data(bytes.substr(done, n));
-    done += n;
-    if (!writer->Write(chunk))
-      break;  // the server ended the stream: see Finish
-  } while (done < bytes.size());
-  writer->WritesDone();
-  absl::Status status = FromGrpcStatus(writer->Finish());
-  if (!status.ok()) return status;
-  return info;
+absl::StatusOr<TensorInfo> ClusterClient::Write(int rank,
+                                                const std::string& name,
+                                                int64_t offset_bytes,
+                                                const std::string& bytes) {
+  return Single(Write({TensorWrite{rank, name, offset_bytes, bytes}}));
+}
+
+RankResults<TensorInfo> ClusterClient::Write(
+    const std::vector<TensorWrite>& writes) {
+  return WriteTensors(*impl_, writes);
 }
 
 absl::StatusOr<std::string> ClusterClient::Read(int rank,
                                                 const std::string& name,
                                                 int64_t offset, int64_t count) {
-  auto context = Context();
-  v1::ReadTensorRequest request;
-  request.set_name(name);
-  request.set_offset(offset);
-  request.set_count(count);
-  auto reader = Worker(rank).ReadTensor(context.get(), request);
-  std::string bytes;
-  v1::ReadTensorChunk chunk;
-  while (reader->Read(&chunk)) bytes += chunk.data();
-  absl::Status status = FromGrpcStatus(reader->Finish());
-  if (!status.ok()) return status;
-  return bytes;
+  return Single(ReadTensors(*impl_, {rank}, name, offset, count));
 }
 
-absl::StatusOr<int64_t> ClusterClient::ReserveSeq(int64_t count) {
-  // Seqs are per (generation, group), as the workers' executors are.
-  return coordinator_->ReserveSequence(world_.generation(), options_.group,
-                                       count);
+RankResults<OpResult> ClusterClient::Collective(const Op& op) {
+  return RunStep(*impl_, PlanStep::Collective(op));
 }
 
-std::vector<RankResult<v1::OpResponse>> ClusterClient::SubmitAll(
-    const std::vector<std::pair<int, v1::OpRequest>>& per_rank) {
-  std::vector<int> ranks;
-  std::map<int, const v1::OpRequest*> by_rank;
-  for (const auto& [rank, op] : per_rank) {
-    ranks.push_back(rank);
-    by_rank[rank] = &op;
-  }
-  return FanOut<v1::OpResponse>(ranks, [&](int rank) {
-    const v1::OpRequest& op = *by_rank[rank];
-    auto context =
-        Context(std::chrono::milliseconds(op.timeout_ms()) + kRpcMargin);
-    return Unary<v1::OpResponse>([&](v1::OpResponse* response) {
-      return Worker(rank).Submit(context.get(), op, response);
-    });
-  });
+RankResults<OpResult> ClusterClient::PointToPoint(
+    const std::map<int, Op>& ops) {
+  return RunStep(*impl_, PlanStep::PointToPoint(ops));
 }
 
-std::vector<RankResult<v1::OpResponse>> ClusterClient::Collective(
-    v1::OpRequest op) {
-  absl::Status translated = ToGroupRanks(op);
-  // A bad root fails before a seq is taken, so the group sees no gap.
-  absl::StatusOr<int64_t> seq =
-      translated.ok() ? ReserveSeq() : absl::StatusOr<int64_t>(translated);
-  if (!seq.ok()) {
-    std::vector<RankResult<v1::OpResponse>> failed;
-    for (int rank : GroupRanks()) failed.push_back({rank, seq.status()});
-    return failed;
-  }
-  op.set_seq(*seq);
-  op.set_group(options_.group);
-  op.set_generation(world_.generation());
-  if (op.timeout_ms() == 0) op.set_timeout_ms(options_.timeout.count());
-  std::vector<std::pair<int, v1::OpRequest>> per_rank;
-  for (int rank : GroupRanks()) per_rank.emplace_back(rank, op);
-  return SubmitAll(per_rank);
+RankResults<PlanResult> ClusterClient::SubmitPlan(const Plan& plan) {
+  return impl_->SubmitPlan(plan);
 }
 
-std::vector<RankResult<v1::OpResponse>> ClusterClient::PointToPoint(
-    const std::map<int, v1::OpRequest>& ops) {
-  absl::Status translated;
-  for (const auto& [rank, op] : ops) {
-    if (!translated.ok()) break;
-    translated = GroupRank(rank).status();
-    v1::OpRequest copy = op;
-    if (translated.ok()) translated = ToGroupRanks(copy);
-  }
-  absl::StatusOr<int64_t> seq =
-      translated.ok() ? ReserveSeq() : absl::StatusOr<int64_t>(translated);
-  std::vector<std::pair<int, v1::OpRequest>> per_rank;
-  for (int rank : GroupRanks()) {
-    auto it = ops.find(rank);
-    v1::OpRequest op;
-    if (it != ops.end()) {
-      op = it->second;
-      (void)ToGroupRanks(op);
-    } else {
-      op.set_kind(v1::OP_KIND_NOP);
-    }
-    op.set_seq(seq.ok() ? *seq : 0);
-    op.set_group(options_.group);
-    op.set_generation(world_.generation());
-    if (op.timeout_ms() == 0) op.set_timeout_ms(options_.timeout.count());
-    per_rank.emplace_back(rank, op);
-  }
-  if (!seq.ok()) {
-    std::vector<RankResult<v1::OpResponse>> failed;
-    for (const auto& [rank, op] : per_rank)
-      failed.push_back({rank, seq.status()});
-    return failed;
-  }
-  return SubmitAll(per_rank);
-}
-
-absl::StatusOr<v1::WorkStatus> ClusterClient::Wait(
-    int rank, int64_t work_id, std::chrono::milliseconds timeout) {
-  auto context = Context(timeout);
-  v1::WaitRequest request;
-  request.set_work_id(work_id);
-  request.set_timeout_ms(timeout.count());
-  v1::WorkStatus status;
-  absl::Status rpc =
-      FromGrpcStatus(Worker(rank).Wait(context.get(), request, &status));
-  if (!rpc.ok()) return rpc;
-  return status;
-}
-
-absl::StatusOr<v1::OpLog> ClusterClient::OpLog(int rank,
-                                               const std::string& group,
-                                               int limit) {
-  auto context = Context();
-  v1::GetOpLogRequest request;
-  request.set_group(group);
-  request.set_limit(limit);
-  return Unary<v1::OpLog>([&](v1::OpLog* response) {
-    return Worker(rank).GetOpLog(context.get(), request, response);
-  });
-}
-
-absl::StatusOr<v1::WorkStatus> ClusterClient::Test(int rank, int64_t work_id) {
-  auto context = Context();
-  v1::TestRequest request;
-  request.set_work_id(work_id);
-  return Unary<v1::WorkStatus>([&](v1::WorkStatus* response) {
-    return Worker(rank).Test(context.get(), request, response);
-  });
-}
-
-std::vector<RankResult<v1::BenchResponse>> ClusterClient::Bench(
-    const std::function<v1::BenchRequest(int rank)>& for_rank) {
-  std::map<int, v1::BenchRequest> requests;
-  absl::Status translated;
-  for (int rank : GroupRanks()) {
-    v1::BenchRequest request = for_rank(rank);
+RankResults<BenchResult> ClusterClient::Bench(
+    const std::function<BenchSpec(int rank)>& for_rank) {
+  const std::vector<int>& ranks = impl_->group_ranks;
+  std::vector<v1::BenchRequest> requests;
+  for (int rank : ranks) {
+    const BenchSpec spec = for_rank(rank);
     // A bad root or peer fails before a seq is taken.
-    translated = ToGroupRanks(*request.mutable_op());
-    if (!translated.ok()) break;
-    requests[rank] = std::move(request);
+    auto op = impl_->ToWireOp(spec.op);
+    if (!op.ok()) return FailEach<BenchResult>(ranks, op.status());
+    v1::BenchRequest& request = requests.emplace_back();
+    *request.mutable_op() = *std::move(op);
+    request.set_warmup_iters(spec.warmup_iters);
+    request.set_iters(spec.iters);
+    request.set_check(spec.check);
+    request.set_graph_launches(spec.graph_launches);
   }
-  absl::StatusOr<int64_t> seq =
-      translated.ok() ? ReserveSeq() : absl::StatusOr<int64_t>(translated);
-  if (!seq.ok()) {
-    std::vector<RankResult<v1::BenchResponse>> failed;
-    for (int rank : GroupRanks()) failed.push_back({rank, seq.status()});
-    return failed;
+  auto seq = impl_->TakeSeqs(1);
+  if (!seq.ok()) return FailEach<BenchResult>(ranks, seq.status());
+  std::vector<absl::StatusOr<v1::BenchRequest>> stamped;
+  for (v1::BenchRequest& request : requests) {
+    impl_->Stamp(*request.mutable_op(), *seq);
+    stamped.push_back(std::move(request));
   }
-  return FanOut<v1::BenchResponse>(GroupRanks(), [&](int rank) {
-    v1::BenchRequest request = requests[rank];
-    v1::OpRequest& op = *request.mutable_op();
-    op.set_seq(*seq);
-    op.set_group(options_.group);
-    op.set_generation(world_.generation());
-    if (op.timeout_ms() == 0) op.set_timeout_ms(options_.timeout.count());
-    // A bench runs many ops: its RPC deadline scales with the iterations.
-    const auto deadline = std::chrono::milliseconds(op.timeout_ms()) *
-                              (2 + request.iters() + request.warmup_iters()) +
-                          kRpcMargin;
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() + deadline);
-    return Unary<v1::BenchResponse>([&](v1::BenchResponse* response) {
-      return Worker(rank).Bench(context.get(), request, response);
-    });
-  });
+  return ToNativeEach<BenchResult>(
+      ranks,
+      impl_->CallEach<v1::BenchRequest, v1::BenchResponse>(
+          ranks, std::move(stamped), &Async::Bench,
+          [timeout = impl_->options.timeout](const v1::BenchRequest& request) {
+            // A bench runs many ops: its deadline grows with them.
+            const int64_t instances = 2 + request.warmup_iters() +
+                                      static_cast<int64_t>(request.iters()) *
+                                          std::max(1, request.graph_launches());
+            return internal::ClientImpl::OpDeadline(
+                milliseconds(request.op().timeout_ms()) * instances, timeout);
+          }));
 }
 
-}  // namespace ccl
+absl::StatusOr<WorkStatus> ClusterClient::Wait(int rank, int64_t work_id,
+                                               milliseconds timeout) {
+  return Single(Wait({WorkRef{rank, work_id}}, timeout));
+}
+
+RankResults<WorkStatus> ClusterClient::Wait(const std::vector<WorkRef>& works,
+                                            milliseconds timeout) {
+  std::vector<absl::StatusOr<v1::WaitRequest>> requests;
+  for (const WorkRef& work : works) {
+    v1::WaitRequest request;
+    request.set_work_id(work.work_id);
+    request.set_timeout_ms(timeout.count());
+    requests.push_back(std::move(request));
+  }
+  const auto deadline = impl_->Deadline(timeout);
+  const std::vector<int> ranks = RanksOf(works);
+  return ToNativeEach<WorkStatus>(
+      ranks, impl_->CallEach<v1::WaitRequest, v1::WorkStatus>(
+                 ranks, std::move(requests), &Async::Wait,
+                 [deadline](const auto&) { return deadline; }));
+}
+
+absl::StatusOr<WorkStatus> ClusterClient::Test(int rank, int64_t work_id) {
+  return Single(Test({WorkRef{rank, work_id}}));
+}
+
+RankResults<WorkStatus> ClusterClient::Test(const std::vector<WorkRef>& works) {
+  std::vector<absl::StatusOr<v1::TestRequest>> requests;
+  for (const WorkRef& work : works) {
+    v1::TestRequest request;
+    request.set_work_id(work.work_id);
+    requests.push_back(std::move(request));
+  }
+  const auto deadline = impl_->Deadline();
+  const std::vector<int> ranks = RanksOf(works);
+  return ToNativeEach<WorkStatus>(
+      ranks, impl_->CallEach<v1::TestRequest, v1::WorkStatus>(
+                 ranks, std::move(requests), &Async::Test,
+                 [deadline](const auto&) { return deadline; }));
+}
+
+RankResults<OpLog> ClusterClient::OpLogs(const std::vector<int>& ranks,
+                                         const std::string& group, int limit) {
+  v1::GetOpLogRequest request;
+  request.set_group(group.empty() ? impl_->group : group);
+  request.set_limit(limit);
+  return ToNativeEach<OpLog>(
+      ranks, impl_->CallEach<v1::GetOpLogRequest, v1::OpLog>(ranks, request,
+                                                             &Async::GetOpLog));
+}
+
+void ClusterClient::ReleaseReservedSequences() { impl_->ReleaseAllSeqs(); }
+
+}  // namespace ccl::client

@@ -1,150 +1,160 @@
-// The client library ccctl is a thin layer over: finds the workers through
-// the coordinator, fans requests out to the ranks of a group and gathers the
-// replies (one StatusOr per rank), and sequences ops so that any number of
-// clients can drive one cluster without the ranks disagreeing on the order.
+// The client library: finds the workers through the coordinator, sends a
+// request to the ranks of a group at once and gathers one StatusOr per rank,
+// and sequences ops so that any number of clients can drive one cluster
+// without the ranks disagreeing on the order.
+//
+// The API speaks the plain types of client/types.h; gRPC stays behind it.
+// Requests to several ranks go out together on the gRPC callback API (no
+// thread per rank or per call) over channels kept for the client's life, and
+// the calling thread waits for the replies. Ops take sequence numbers from
+// ranges reserved ahead of use, so a steady stream of ops pays no
+// coordinator round trip per op; unused numbers go back to the workers soon
+// after the client stops using them (or when it is destroyed), so other
+// clients' ops never wait on them. A ClusterClient is safe to use from
+// several threads.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ccl/v1/worker.grpc.pb.h"
-#include "coordinator/client/coordinator_client.h"
+#include "client/types.h"
+#include "common/security_options.h"
 
-namespace ccl {
+namespace ccl::testing {
+class ClientWire;
+}
+
+namespace ccl::client {
+namespace internal {
+struct ClientImpl;
+}
 
 struct ClientOptions {
   std::string coordinator = "127.0.0.1:29400";
+  // Every request's deadline, and an op's own timeout unless the op sets one.
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
-  // The group ops run on. Ranks the client library takes and reports
-  // (root, peer, the keys of PointToPoint, RankResult::rank) are world
-  // ranks whatever the group, as torch.distributed's global ranks; the
-  // client translates them to group ranks on the wire.
+  // The group ops run on (see UseGroup).
   std::string group = "world";
   // TLS and the token, for the coordinator and every worker.
   SecurityOptions security;
-};
-
-template <typename T>
-struct RankResult {
-  int rank = 0;
-  absl::StatusOr<T> result;
+  // The most sequence numbers reserved ahead of use. Ranges start at one
+  // and double while ops keep coming, so one op reserves exactly one.
+  int64_t max_reserved_seqs = 256;
+  // Reserved numbers not used for this long go back to the workers.
+  std::chrono::milliseconds reserve_linger{20};
 };
 
 class ClusterClient {
  public:
   static absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(
       const ClientOptions& options);
+  // Gives back reserved sequence numbers and waits for the calls that do.
+  ~ClusterClient();
+  ClusterClient(const ClusterClient&) = delete;
+  ClusterClient& operator=(const ClusterClient&) = delete;
 
-  const ClientOptions& options() const { return options_; }
-  CoordinatorClient& coordinator() { return *coordinator_; }
-  const v1::World& world() const { return world_; }
-  int world_size() const { return world_.world_size(); }
+  const ClientOptions& options() const;
+  // The world as it was at Connect.
+  const World& world() const;
+  int world_size() const;
   std::vector<int> AllRanks() const;
-  // World ranks of the client's group, in group-rank order (AllRanks for
-  // the world).
-  const std::vector<int>& GroupRanks() const { return group_ranks_; }
-  int group_size() const { return static_cast<int>(group_ranks_.size()); }
-  // The group rank of a world rank; INVALID_ARGUMENT if not a member.
-  absl::StatusOr<int> GroupRank(int world_rank) const;
-  // Switches the client to `group`, learning its members from the workers'
-  // GetInfo; NOT_FOUND if no worker knows it. Connect does this for
-  // options.group.
-  absl::Status UseGroup(const std::string& group);
-  // Every group the workers know (the union of their GetInfo), world first.
-  absl::StatusOr<std::vector<v1::GroupInfo>> Groups();
-  // Makes the subgroup `name` of the world ranks `ranks` (torch's
-  // new_group): at a fresh world seq, on every rank of the world (members
-  // or not). Results are per world rank.
-  std::vector<RankResult<v1::GroupInfo>> CreateGroup(
-      const std::string& name, const std::vector<int>& ranks);
   // INVALID_ARGUMENT unless every rank is in [0, world size).
   absl::Status CheckRanks(const std::vector<int>& ranks) const;
 
-  v1::Worker::Stub& Worker(int rank);
-  std::unique_ptr<grpc::ClientContext> Context(
-      std::chrono::milliseconds extra = std::chrono::milliseconds(0)) const;
+  // --- Groups ---------------------------------------------------------------
+  const std::string& group() const;
+  // World ranks of the client's group, in group-rank order.
+  const std::vector<int>& GroupRanks() const;
+  int group_size() const;
+  // The group rank of a world rank; INVALID_ARGUMENT if not a member.
+  absl::StatusOr<int> GroupRank(int world_rank) const;
+  // Switches the client to `group`, learning its members from the workers;
+  // NOT_FOUND if no worker knows it. Connect does this for options.group.
+  absl::Status UseGroup(const std::string& group);
+  // Every group the workers know (the union of their answers), world first.
+  absl::StatusOr<std::vector<GroupInfo>> Groups();
+  // Makes the subgroup `name` of the world ranks `ranks` (torch's
+  // new_group): at a fresh world seq, on every rank of the world (members
+  // or not). Results per world rank.
+  RankResults<GroupInfo> CreateGroup(const std::string& name,
+                                     const std::vector<int>& ranks);
 
-  // Runs `call` for every rank in parallel; results in the order of `ranks`.
-  template <typename T>
-  std::vector<RankResult<T>> FanOut(
-      const std::vector<int>& ranks,
-      const std::function<absl::StatusOr<T>(int rank)>& call) {
-    std::vector<RankResult<T>> results(ranks.size());
-    std::vector<std::thread> threads;
-    threads.reserve(ranks.size());
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      results[i].rank = ranks[i];
-      threads.emplace_back([&, i] { results[i].result = call(ranks[i]); });
-    }
-    for (auto& thread : threads) thread.join();
-    return results;
-  }
-
-  absl::StatusOr<v1::WorkerInfo> Info(int rank);
-  absl::StatusOr<v1::TensorInfo> Alloc(int rank,
-                                       const v1::AllocTensorRequest& request);
+  // --- Workers and tensors: one rank, or many at once ----------------------
+  absl::StatusOr<WorkerInfo> Info(int rank);
+  RankResults<WorkerInfo> Info(const std::vector<int>& ranks);
+  absl::StatusOr<TensorInfo> Alloc(int rank, const TensorSpec& spec,
+                                   const Fill& fill = {});
+  RankResults<TensorInfo> Alloc(const std::vector<int>& ranks,
+                                const TensorSpec& spec, const Fill& fill = {});
+  RankResults<TensorInfo> Alloc(const std::vector<TensorAlloc>& allocs);
+  // The freed bytes.
   absl::StatusOr<int64_t> Free(int rank, const std::string& name);
-  absl::StatusOr<v1::ListTensorsResponse> List(int rank);
-  absl::StatusOr<v1::TensorSummary> Summarize(int rank, const std::string& name,
-                                              int64_t head);
-  // Streams `bytes` into the tensor starting at `offset_bytes`.
-  absl::StatusOr<v1::TensorInfo> Write(int rank, const std::string& name,
-                                       int64_t offset_bytes,
-                                       const std::string& bytes);
-  // Reads the element range [offset, offset + count) (count 0: to the end).
+  RankResults<int64_t> Free(const std::vector<int>& ranks,
+                            const std::string& name);
+  absl::StatusOr<TensorList> List(int rank);
+  RankResults<TensorList> List(const std::vector<int>& ranks);
+  // Statistics and the first `head` elements.
+  absl::StatusOr<TensorSummary> Summarize(int rank, const std::string& name,
+                                          int64_t head);
+  RankResults<TensorSummary> Summarize(const std::vector<int>& ranks,
+                                       const std::string& name, int64_t head);
+  // Streams `bytes` into the tensor from `offset_bytes` on.
+  absl::StatusOr<TensorInfo> Write(int rank, const std::string& name,
+                                   int64_t offset_bytes,
+                                   const std::string& bytes);
+  RankResults<TensorInfo> Write(const std::vector<TensorWrite>& writes);
+  // The raw bytes of elements [offset, offset + count) (count 0: to the end).
   absl::StatusOr<std::string> Read(int rank, const std::string& name,
                                    int64_t offset, int64_t count);
 
-  // Reserves the next sequence number of the client's group.
-  absl::StatusOr<int64_t> ReserveSeq(int64_t count = 1);
+  // --- Ops on the client's group --------------------------------------------
+  // One collective on every rank of the group at a fresh seq.
+  RankResults<OpResult> Collective(const Op& op);
+  // Point to point at one seq: `ops` maps a world rank to its send or recv;
+  // every other rank of the group takes the seq with a no-op, so that all of
+  // them see every seq. Results for every rank of the group.
+  RankResults<OpResult> PointToPoint(const std::map<int, Op>& ops);
+  // Consecutive ops in one request per rank, at consecutive seqs; each rank
+  // runs them back to back. Sync only: an op's `async` is ignored.
+  RankResults<PlanResult> SubmitPlan(const Plan& plan);
+  // `warmup + iters` instances of an op at one seq, timed on the workers.
+  // `for_rank` gives each world rank's spec (the same for a collective;
+  // send, recv or nop for point to point).
+  RankResults<BenchResult> Bench(
+      const std::function<BenchSpec(int rank)>& for_rank);
 
-  // Runs one collective on every rank of the client's group at a fresh seq
-  // of the group; op.root is a world rank. The op's timeout defaults to the
-  // client's.
-  std::vector<RankResult<v1::OpResponse>> Collective(v1::OpRequest op);
-  // Point to point at one seq: `ops` maps a world rank to its op (send or
-  // recv, peer a world rank); every other rank of the group gets a NOP so
-  // that all of them see every seq.
-  std::vector<RankResult<v1::OpResponse>> PointToPoint(
-      const std::map<int, v1::OpRequest>& ops);
-  absl::StatusOr<v1::WorkStatus> Wait(int rank, int64_t work_id,
-                                      std::chrono::milliseconds timeout);
-  absl::StatusOr<v1::WorkStatus> Test(int rank, int64_t work_id);
-  // The flight recorder of `group` on one rank.
-  absl::StatusOr<v1::OpLog> OpLog(int rank, const std::string& group,
-                                  int limit);
-  // One bench at one seq on every rank of the group; `for_rank` gives each
-  // (world) rank's request (the same for collectives; send, recv or nop for
-  // point to point), root and peer as world ranks.
-  std::vector<RankResult<v1::BenchResponse>> Bench(
-      const std::function<v1::BenchRequest(int rank)>& for_rank);
+  // Completes async ops: a failed op, or one still running at `timeout`, is
+  // an error status, as the worker answers it.
+  absl::StatusOr<WorkStatus> Wait(int rank, int64_t work_id,
+                                  std::chrono::milliseconds timeout);
+  RankResults<WorkStatus> Wait(const std::vector<WorkRef>& works,
+                               std::chrono::milliseconds timeout);
+  // Polls async ops without blocking; a failed op is a WorkStatus whose
+  // state is kFailed and whose `error` says why.
+  absl::StatusOr<WorkStatus> Test(int rank, int64_t work_id);
+  RankResults<WorkStatus> Test(const std::vector<WorkRef>& works);
+
+  // The flight recorder of `group` (empty: the client's) on each rank:
+  // its last `limit` ops (0: all that are kept).
+  RankResults<OpLog> OpLogs(const std::vector<int>& ranks,
+                            const std::string& group, int limit);
+
+  // Gives back now the sequence numbers reserved ahead and not used yet.
+  void ReleaseReservedSequences();
 
  private:
-  ClusterClient(ClientOptions options,
-                std::unique_ptr<CoordinatorClient> coordinator,
-                ChannelFactory channels, v1::World world);
-  std::vector<RankResult<v1::OpResponse>> SubmitAll(
-      const std::vector<std::pair<int, v1::OpRequest>>& per_rank);
-  // Root and peer of `op` from world ranks to ranks of the client's group.
-  absl::Status ToGroupRanks(v1::OpRequest& op) const;
-
-  ClientOptions options_;
-  std::unique_ptr<CoordinatorClient> coordinator_;
-  ChannelFactory channels_;
-  v1::World world_;
-  std::vector<int> group_ranks_;
-  std::mutex stubs_mutex_;
-  std::map<int, std::unique_ptr<v1::Worker::Stub>> stubs_;
+  friend class ::ccl::testing::ClientWire;
+  explicit ClusterClient(std::unique_ptr<internal::ClientImpl> impl);
+  std::unique_ptr<internal::ClientImpl> impl_;
 };
 
 // "OK" for success, else "CODE: message".
 std::string StatusText(const absl::Status& status);
 
-}  // namespace ccl
+}  // namespace ccl::client

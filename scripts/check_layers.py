@@ -31,6 +31,19 @@ ALLOWED = [
     ("coordinator/client/", ["common/", "coordinator/client/", "ccl/v1/"]),
     ("coordinator/", ["common/", "coordinator/", "ccl/v1/", "CLI/",
                       "spdlog/"]),
+    # The client library's public headers speak plain types; its internal/
+    # room holds the gRPC side; ccctl uses the public headers alone (only
+    # `ccctl health` speaks gRPC itself, to any daemon's health service).
+    ("client/cluster_client.h", ["common/", "client/types.h"]),
+    ("client/types.", ["common/", "client/types.h"]),
+    ("client/internal/", ["common/", "client/", "coordinator/client/",
+                          "ccl/v1/"]),
+    ("client/ccctl/health.cc", ["common/", "client/ccctl/", "client/types.h",
+                                "client/cluster_client.h", "grpc/health/",
+                                "CLI/", "nlohmann/"]),
+    ("client/ccctl/", ["common/", "client/ccctl/", "client/types.h",
+                       "client/cluster_client.h", "CLI/", "nlohmann/",
+                       "yaml-cpp/"]),
     ("client/", ["common/", "client/", "coordinator/client/", "ccl/v1/",
                  "grpc/health/", "CLI/", "nlohmann/", "yaml-cpp/",
                  "google/protobuf/"]),
@@ -43,9 +56,10 @@ CUDA = re.compile(r'^(cuda_[a-z0-9_]*\.h|cuda\.h|nccl\.h|cuda/)')
 # Rooms whose files may not include gRPC or generated protos: the logic,
 # unit-tested without a server. The adapters and clients are named apart.
 NO_GRPC = ["server/core/", "server/comm/", "server/check/", "server/cuda/",
-           "coordinator/"]
+           "coordinator/", "client/cluster_client.h", "client/types.",
+           "client/ccctl/"]
 GRPC_OK = ["coordinator/client/", "coordinator/coordinator_service.",
-           "coordinator/main.cc"]
+           "coordinator/main.cc", "client/ccctl/health.cc"]
 # Only these see CUDA or NCCL headers.
 CUDA_OK = ["server/cuda/", "server/comm/nccl/", "server/check/device_check_",
            "server/core/memory_cuda.cc"]
@@ -109,12 +123,17 @@ def check_tree(root):
 
 def self_test():
     """The check must be able to fail: a core file including the RPC room,
-    a comm file including gRPC, and a core file including CUDA."""
+    a comm file including gRPC, a core file including CUDA, the client's
+    public header including a proto, and ccctl reaching the client's
+    internals."""
     cases = {
         "server/core/bad.cc": '#include "server/rpc/worker_service.h"\n',
         "server/comm/bad.cc": "#include <grpcpp/grpcpp.h>\n",
         "server/core/bad2.cc": "#include <cuda_runtime.h>\n",
         "server/core/good.cc": '#include "server/comm/communicator.h"\n',
+        "client/types.h": '#include "ccl/v1/worker.pb.h"\n',
+        "client/ccctl/bad.cc": '#include "client/internal/convert.h"\n',
+        "client/ccctl/good.cc": '#include "client/cluster_client.h"\n',
     }
     with tempfile.TemporaryDirectory() as root:
         for path, text in cases.items():
@@ -125,7 +144,8 @@ def self_test():
         problems = check_tree(root)
     flagged = {p.split(":")[0] for p in problems}
     expected = {"server/core/bad.cc", "server/comm/bad.cc",
-                "server/core/bad2.cc"}
+                "server/core/bad2.cc", "client/types.h",
+                "client/ccctl/bad.cc"}
     if flagged != expected:
         print(f"self-test: flagged {sorted(flagged)}, expected "
               f"{sorted(expected)}")

@@ -11,7 +11,9 @@
 #
 # run: sources the bundle's env.sh, runs conformance_nccl_test, starts a
 # 2-worker cuda cluster with ccctl, runs an all_reduce, every examples/*.yaml
-# and a bench sweep (8 B .. 2 GiB, -f 4) of every op; then, with the cluster
+# and a bench sweep (8 B .. 2 GiB, -f 4) of every op, all_reduce's small
+# sizes in CUDA graphs (-G 10) and what a client sees per op (--e2e,
+# bench/client_latency); then, with the cluster
 # down, the same sweep on bare NCCL (bench/nccl_peer: nccl_peer_bench, also
 # with CUDA graphs and checked on the device) and on torch.distributed, and
 # bench/compare.py's ratios ccctl / peer per op. Logs and CSVs go under $OUT
@@ -28,7 +30,8 @@ if [[ $mode == build ]]; then
   set -e
   cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90
   make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test \
-    inprocess_conformance_nccl_test failure_nccl_test nccl_peer_bench
+    inprocess_conformance_nccl_test failure_nccl_test nccl_peer_bench \
+    client_latency
   rm -rf "$bundle"
   # From a worktree outside the main checkout's parent, name the tool.
   "${CCL_DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}" "$bundle" \
@@ -36,7 +39,8 @@ if [[ $mode == build ]]; then
     "$build/coordinator/cccoord" "$build/client/ccctl" \
     "$build/tests/gpu/conformance_nccl_test" \
     "$build/tests/conformance/inprocess_conformance_nccl_test" \
-    "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench"
+    "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench" \
+    "$build/bench/client_latency"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
   strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
   # The Python client is pure Python: its sources and the stubs generated
@@ -121,6 +125,8 @@ report() {
   cat "$OUT/compare.md" 2>/dev/null
   echo; cat "$OUT/nccl_launch_latency.log" 2>/dev/null
   echo; grep -v '^#  rank' "$OUT/nccl_peer_nonblocking.log" 2>/dev/null
+  echo; grep -h '^# client' "$OUT/bench_e2e_all_reduce.log" 2>/dev/null
+  cat "$OUT/client_latency.log" 2>/dev/null
   echo "failed steps: $failures"
 }
 
@@ -227,6 +233,16 @@ cluster_steps() {
     step "bench_$op" 150 "$ccctl" bench "$op" -b 8 -e 2G -f 4 -n 20 -w 5 \
       --csv "$OUT/bench_$op.csv"
   done
+  # all_reduce's small sizes with the timed loop in CUDA graphs (-G 10, as
+  # the peer's nccl_peer_graph step and PERF.md's nccl-tests figure).
+  step bench_graph_all_reduce 150 "$ccctl" bench all_reduce -b 8 -e 512K \
+    -f 2 -n 20 -w 5 -G 10 --csv "$OUT/bench_graph_all_reduce.csv"
+  # A client's cost per 8-byte all_reduce in pieces: a bare fan-out, one
+  # op (and the workers' share), without the agreement, and in a plan of
+  # 1000 ops.
+  step client_latency 150 "$bundle/bin/client_latency" --coordinator \
+    "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["coordinator"])' \
+      "$CCCTL_STATE_DIR/state.json")" --iters 2000 --plan 1000
   # Worker logs (the state dir holds them) help when something failed.
   step cluster_down 60 "$ccctl" cluster down
   cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true

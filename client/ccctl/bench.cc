@@ -2,17 +2,20 @@
 // RPC cost stays out of the figure; --e2e adds the time a client sees.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/ccctl/bench_ops.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
-#include "common/proto_convert.h"
 
 namespace ccl::ctl {
 namespace {
@@ -22,6 +25,9 @@ struct BenchArgs {
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes;
   double factor = 0;
   int iters = 20, warmup = 5, root = -1, check = 0;
+  // nccl-tests' -G: the timed loop captured in a CUDA graph, launched this
+  // many times (0: no graph).
+  int graph_launches = 0;
   std::string dtype = "float32", reduce = "sum", csv, plot;
   bool e2e = false;
 };
@@ -30,7 +36,17 @@ struct Row {
   int64_t bytes = 0, count = 0;
   double time_us[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
   int64_t wrong[2] = {0, 0};
-  double e2e_us = 0;
+  // Client-seen time per op: the mean, and the median and 99th percentile
+  // of the single ops (one slow op moves the mean, not the median).
+  double e2e_us = 0, e2e_p50_us = 0, e2e_p99_us = 0;
+  // Where a client-seen op's time goes, medians over the ops of the slowest
+  // rank's accept-to-completion (total), waiting behind earlier ops (queue)
+  // and moving data (device); the rest is RPC and client.
+  double worker_total_p50_us = 0, worker_queue_p50_us = 0,
+         worker_device_p50_us = 0;
+  // The same ops as one plan (one request per rank): client time per op.
+  double e2e_plan_us = 0;
+  bool plan_emulated = false;
   // The fastest and slowest single instance (out of place) on any rank, as
   // the backend timed it (CUDA events on GPU).
   double op_min_us = 0, op_max_us = 0;
@@ -57,6 +73,14 @@ ax.legend()
 fig.tight_layout()
 fig.savefig(sys.argv[1], dpi=120)
 )PY";
+
+// The nearest-rank percentile `q` (0..1] of `values`.
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
 
 absl::Status Plot(const std::string& csv_text, const std::string& png,
                   int ranks) {
@@ -124,8 +148,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
             "need 1 <= -b <= -e and a factor -f > 1 (or an increment -i)"),
         true);
   }
-  if (args.iters < 1 || args.warmup < 0) {
-    return Fail(absl::InvalidArgumentError("-n must be >= 1 and -w >= 0"),
+  if (args.iters < 1 || args.warmup < 0 || args.graph_launches < 0) {
+    return Fail(absl::InvalidArgumentError("-n must be >= 1, -w and -G >= 0"),
                 true);
   }
   auto client = Connect(globals);
@@ -135,7 +159,7 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   // sendrecv runs between the group's first two members.
   const int n = (*client)->group_size();
   const std::vector<int> members = (*client)->GroupRanks();
-  if (op->kind == v1::OP_KIND_SEND && n < 2) {
+  if (op->kind == OpKind::kSend && n < 2) {
     return Fail(absl::FailedPreconditionError("sendrecv needs 2 ranks"));
   }
   if (args.root < 0) args.root = members.front();
@@ -146,12 +170,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   const std::string prefix = TemporaryPrefix("bench");
   const std::string in_name = prefix + "in";
   const std::string out_name = prefix + "out";
-  const bool reduction = op->kind == v1::OP_KIND_ALL_REDUCE ||
-                         op->kind == v1::OP_KIND_REDUCE ||
-                         op->kind == v1::OP_KIND_REDUCE_SCATTER;
-  const bool rooted =
-      op->kind == v1::OP_KIND_BROADCAST || op->kind == v1::OP_KIND_REDUCE ||
-      op->kind == v1::OP_KIND_GATHER || op->kind == v1::OP_KIND_SCATTER;
+  const bool reduction = IsReduction(op->kind);
+  const bool rooted = HasRoot(op->kind);
 
   // Both names on every member, whatever was allocated where: after a
   // partial failure some ranks hold one or both, the rest answer NOT_FOUND.
@@ -159,17 +179,9 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     return FreeTemporaries(**client, {{in_name, members}, {out_name, members}});
   };
   auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
-    auto results = (*client)->FanOut<v1::TensorInfo>(members, [&](int rank) {
-      auto info = (*client)->Info(rank);
-      if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
-      v1::AllocTensorRequest request;
-      request.mutable_spec()->set_name(name);
-      request.mutable_spec()->set_dtype(ToProto(*dtype));
-      request.mutable_spec()->add_shape(numel);
-      *request.mutable_spec()->mutable_device() = info->device();
-      request.mutable_fill()->set_kind(v1::FILL_KIND_ZEROS);
-      return (*client)->Alloc(rank, request);
-    });
+    // On each worker's own device; zeros.
+    const auto results =
+        (*client)->Alloc(members, TensorSpec{name, *dtype, {numel}});
     for (const auto& r : results) {
       if (!r.result.ok()) return r.result.status();
     }
@@ -183,9 +195,8 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                           : bytes + step) {
     // Round down so every rank's part is whole, as nccl-tests does.
     int64_t count = bytes / element;
-    if (op->kind != v1::OP_KIND_ALL_REDUCE &&
-        op->kind != v1::OP_KIND_BROADCAST && op->kind != v1::OP_KIND_REDUCE &&
-        op->kind != v1::OP_KIND_SEND) {
+    if (op->kind != OpKind::kAllReduce && op->kind != OpKind::kBroadcast &&
+        op->kind != OpKind::kReduce && op->kind != OpKind::kSend) {
       count = count / n * n;
     }
     if (count == 0) continue;
@@ -205,32 +216,32 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     }
     for (int in_place = 0; in_place < 2; ++in_place) {
       auto results = (*client)->Bench([&](int rank) {
-        v1::BenchRequest request;
-        request.set_iters(args.iters);
-        request.set_warmup_iters(args.warmup);
-        request.set_check(args.check != 0);
-        v1::OpRequest& o = *request.mutable_op();
-        o.set_kind(op->kind);
-        o.set_reduce_op(ToProto(*reduce));
-        o.set_premul_scale(1.0);
-        o.set_root(args.root);
+        BenchSpec spec;
+        spec.iters = args.iters;
+        spec.graph_launches = args.graph_launches;
+        spec.warmup_iters = args.warmup;
+        spec.check = args.check != 0;
+        Op& o = spec.op;
+        o.kind = op->kind;
+        o.reduce = *reduce;
+        o.root = args.root;
         // In place follows nccl-tests: the large buffer is the only one.
         const bool grows = out_count > in_count;
-        if (op->kind == v1::OP_KIND_SEND) {
+        if (op->kind == OpKind::kSend) {
           const int first = members[0];
           const int second = members[1];
-          o.set_kind(rank == first    ? v1::OP_KIND_SEND
-                     : rank == second ? v1::OP_KIND_RECV
-                                      : v1::OP_KIND_NOP);
-          o.set_peer(rank == first ? second : first);
-          o.set_input(rank == first ? in_name : out_name);
+          o.kind = rank == first    ? OpKind::kSend
+                   : rank == second ? OpKind::kRecv
+                                    : OpKind::kNop;
+          o.peer = rank == first ? second : first;
+          o.input = rank == first ? in_name : out_name;
         } else if (in_place) {
-          o.set_input(grows ? out_name : in_name);
+          o.input = grows ? out_name : in_name;
         } else {
-          o.set_input(in_name);
-          o.set_output(out_name);
+          o.input = in_name;
+          o.output = out_name;
         }
-        return request;
+        return spec;
       });
       if (ReportRankErrors(results)) {
         free_all();
@@ -238,38 +249,81 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
       }
       double slowest = 0;
       for (const auto& r : results) {
-        slowest = std::max(slowest, r.result->avg_us());
-        row.wrong[in_place] += r.result->wrong();
+        slowest = std::max(slowest, r.result->time_us > 0 ? r.result->time_us
+                                                          : r.result->avg_us);
+        row.wrong[in_place] += r.result->wrong;
         if (in_place == 0) {
           row.op_min_us = row.op_min_us == 0
-                              ? r.result->min_us()
-                              : std::min(row.op_min_us, r.result->min_us());
-          row.op_max_us = std::max(row.op_max_us, r.result->max_us());
+                              ? r.result->min_us
+                              : std::min(row.op_min_us, r.result->min_us);
+          row.op_max_us = std::max(row.op_max_us, r.result->max_us);
         }
       }
       row.time_us[in_place] = slowest;
       row.algbw[in_place] = slowest > 0 ? row.bytes / slowest / 1e3 : 0;
       row.busbw[in_place] = row.algbw[in_place] * op->bus_factor(n);
     }
-    if (args.e2e && op->kind != v1::OP_KIND_SEND) {
+    if (args.e2e && op->kind != OpKind::kSend) {
       // The client's view: sync ops one after another, RPCs included.
-      v1::OpRequest o;
-      o.set_kind(op->kind);
-      o.set_reduce_op(ToProto(*reduce));
-      o.set_root(args.root);
-      o.set_input(in_name);
-      o.set_output(out_name);
-      const auto start = std::chrono::steady_clock::now();
+      Op o;
+      o.kind = op->kind;
+      o.reduce = *reduce;
+      o.root = args.root;
+      o.input = in_name;
+      o.output = out_name;
+      std::vector<double> times_us, total_us, queue_us, device_us;
+      times_us.reserve(args.iters);
       for (int i = 0; i < args.iters; ++i) {
-        if (ReportRankErrors((*client)->Collective(o))) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto results = (*client)->Collective(o);
+        const auto end = std::chrono::steady_clock::now();
+        if (ReportRankErrors(results)) {
           free_all();
           return kExitFailure;
         }
+        times_us.push_back(
+            std::chrono::duration<double, std::micro>(end - start).count());
+        OpTiming slowest;
+        for (const auto& r : results) {
+          const OpTiming& t = r.result->timing;
+          if (t.total_us >= slowest.total_us) slowest = t;
+        }
+        total_us.push_back(slowest.total_us);
+        queue_us.push_back(slowest.queue_us);
+        device_us.push_back(slowest.device_us);
       }
-      row.e2e_us = std::chrono::duration<double, std::micro>(
-                       std::chrono::steady_clock::now() - start)
-                       .count() /
-                   args.iters;
+      row.worker_total_p50_us = Percentile(total_us, 0.5);
+      row.worker_queue_p50_us = Percentile(queue_us, 0.5);
+      row.worker_device_p50_us = Percentile(device_us, 0.5);
+      row.e2e_us =
+          std::accumulate(times_us.begin(), times_us.end(), 0.0) / args.iters;
+      // The same ops in one request per rank: what a scripted sweep pays.
+      Plan plan;
+      plan.steps.assign(args.iters, PlanStep::Collective(o));
+      const auto plan_start = std::chrono::steady_clock::now();
+      const auto planned = (*client)->SubmitPlan(plan);
+      const auto plan_end = std::chrono::steady_clock::now();
+      if (ReportRankErrors(planned)) {
+        free_all();
+        return kExitFailure;
+      }
+      row.e2e_plan_us =
+          std::chrono::duration<double, std::micro>(plan_end - plan_start)
+              .count() /
+          args.iters;
+      for (const auto& r : planned) {
+        row.plan_emulated = row.plan_emulated || r.result->emulated;
+        for (const WorkStatus& step : r.result->steps) {
+          if (!step.error.ok()) {
+            std::cerr << "ccctl: rank " << r.rank
+                      << ": plan: " << StatusText(step.error) << "\n";
+            free_all();
+            return kExitFailure;
+          }
+        }
+      }
+      row.e2e_p50_us = Percentile(times_us, 0.5);
+      row.e2e_p99_us = Percentile(times_us, 0.99);
     }
     if (!free_all()) return kExitFailure;
     rows.push_back(row);
@@ -291,14 +345,18 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
 
   std::string csv_text =
       "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
-      "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us\n";
+      "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us,"
+      "e2e_p50_us,e2e_p99_us,worker_total_p50_us,worker_queue_p50_us,"
+      "worker_device_p50_us,e2e_plan_us\n";
   for (const Row& r : rows) {
     csv_text += absl::StrFormat(
         "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f,%.2f,%."
-        "2f\n",
+        "2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n",
         op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
         r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
-        r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us);
+        r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us,
+        r.e2e_p50_us, r.e2e_p99_us, r.worker_total_p50_us,
+        r.worker_queue_p50_us, r.worker_device_p50_us, r.e2e_plan_us);
   }
   if (!args.csv.empty()) std::ofstream(args.csv) << csv_text;
   bool plot_failed = false;
@@ -313,22 +371,37 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                                {"type", type_name},    {"redop", redop},
                                {"root", root},         {"iters", args.iters},
                                {"warmup", args.warmup}};
+    // Keys beyond the ones the Python client's bench() shares only when the
+    // options that give them are used, so the two documents stay alike.
+    if (args.graph_launches > 0) {
+      document["graph_launches"] = args.graph_launches;
+    }
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows) {
-      out.push_back({{"size", r.bytes},
-                     {"count", r.count},
-                     {"time_us", r.time_us[0]},
-                     {"algbw", r.algbw[0]},
-                     {"busbw", r.busbw[0]},
-                     {"wrong", r.wrong[0]},
-                     {"in_place",
-                      {{"time_us", r.time_us[1]},
-                       {"algbw", r.algbw[1]},
-                       {"busbw", r.busbw[1]},
-                       {"wrong", r.wrong[1]}}},
-                     {"e2e_us", r.e2e_us},
-                     {"op_min_us", r.op_min_us},
-                     {"op_max_us", r.op_max_us}});
+      nlohmann::json row = {{"size", r.bytes},
+                            {"count", r.count},
+                            {"time_us", r.time_us[0]},
+                            {"algbw", r.algbw[0]},
+                            {"busbw", r.busbw[0]},
+                            {"wrong", r.wrong[0]},
+                            {"in_place",
+                             {{"time_us", r.time_us[1]},
+                              {"algbw", r.algbw[1]},
+                              {"busbw", r.busbw[1]},
+                              {"wrong", r.wrong[1]}}},
+                            {"e2e_us", r.e2e_us},
+                            {"op_min_us", r.op_min_us},
+                            {"op_max_us", r.op_max_us}};
+      if (args.e2e) {
+        row["e2e_p50_us"] = r.e2e_p50_us;
+        row["e2e_p99_us"] = r.e2e_p99_us;
+        row["worker_total_p50_us"] = r.worker_total_p50_us;
+        row["worker_queue_p50_us"] = r.worker_queue_p50_us;
+        row["worker_device_p50_us"] = r.worker_device_p50_us;
+        row["e2e_plan_us"] = r.e2e_plan_us;
+        row["plan_emulated"] = r.plan_emulated;
+      }
+      out.push_back(row);
     }
     document["rows"] = out;
     document["avg_busbw"] = avg_busbw;
@@ -336,18 +409,22 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   } else {
     std::cout << absl::StrFormat(
         "# ccctl bench %s: %d ranks, %d iters, %d warmup, timed on the "
-        "workers\n",
-        op->name, n, args.iters, args.warmup);
+        "workers%s\n",
+        op->name, n, args.iters, args.warmup,
+        args.graph_launches > 0 ? absl::StrCat(", in a CUDA graph launched ",
+                                               args.graph_launches, " times")
+                                : "");
     std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
-                                 args.e2e ? "            client" : "");
+                                 args.e2e ? "                     client" : "");
     std::cout << absl::StrFormat(
         "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size",
         "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-        "time", "algbw", "busbw", "#wrong", args.e2e ? " e2e time" : "");
+        "time", "algbw", "busbw", "#wrong",
+        args.e2e ? "     mean      p50      p99" : "");
     std::cout << absl::StrFormat(
         "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "(B)",
         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
-        "(GB/s)", "(GB/s)", "", args.e2e ? "     (us)" : "");
+        "(GB/s)", "(GB/s)", "", args.e2e ? "     (us)     (us)     (us)" : "");
     for (const Row& r : rows) {
       std::cout << absl::StrFormat(
           "%12d %12d %8s %6s %6d %8.2f %7.2f %7.2f %6s %8.2f %7.2f %7.2f %6s",
@@ -355,8 +432,25 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
           r.busbw[0], args.check ? absl::StrCat(r.wrong[0]) : "N/A",
           r.time_us[1], r.algbw[1], r.busbw[1],
           args.check ? absl::StrCat(r.wrong[1]) : "N/A");
-      if (args.e2e) std::cout << absl::StrFormat(" %8.2f", r.e2e_us);
+      if (args.e2e) {
+        std::cout << absl::StrFormat(
+            " %8.2f %8.2f %8.2f", r.e2e_us, r.e2e_p50_us, r.e2e_p99_us,
+            r.worker_total_p50_us, r.worker_queue_p50_us,
+            r.worker_device_p50_us);
+      }
       std::cout << "\n";
+    }
+    for (const Row& r : rows) {
+      if (!args.e2e || r.e2e_p50_us <= 0) continue;
+      std::cout << absl::StrFormat(
+          "# client p50 at %d B: %.1f us = %.1f on the slowest worker (%.1f "
+          "queued, %.1f moving data) + %.1f RPC and client\n",
+          r.bytes, r.e2e_p50_us, r.worker_total_p50_us, r.worker_queue_p50_us,
+          r.worker_device_p50_us, r.e2e_p50_us - r.worker_total_p50_us);
+      std::cout << absl::StrFormat(
+          "# client per op in a plan of %d at %d B: %.1f us%s\n", args.iters,
+          r.bytes, r.e2e_plan_us,
+          r.plan_emulated ? " (emulated: the workers have no SubmitPlan)" : "");
     }
     std::cout << "# Out of bounds values : " << wrong_total
               << (wrong_total == 0 ? " OK" : " FAILED") << "\n";
@@ -391,7 +485,14 @@ void AddBenchCommand(CLI::App& app, Globals& globals, int& exit_code) {
                     "root (a world rank; default: the group's first rank)");
   bench->add_option("-c,--check", args->check, "check results on the workers")
       ->capture_default_str();
-  bench->add_flag("--e2e", args->e2e, "add the time a client sees per op");
+  bench
+      ->add_option("-G,--cudagraph", args->graph_launches,
+                   "capture the timed loop in a CUDA graph and launch it "
+                   "this many times (nccl-tests' -G; NCCL only)")
+      ->capture_default_str();
+  bench->add_flag("--e2e", args->e2e,
+                  "add the time a client sees per op, one request each and "
+                  "in one plan");
   bench->add_option("--csv", args->csv, "also write the rows to this CSV file");
   bench->add_option(
       "--plot", args->plot,

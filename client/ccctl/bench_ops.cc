@@ -11,15 +11,15 @@ std::pair<int64_t, int64_t> Grow(int64_t c, int n) { return {c / n, c}; }
 std::pair<int64_t, int64_t> Shrink(int64_t c, int n) { return {c, c / n}; }
 
 constexpr BenchOp kBenchOps[] = {
-    {"all_reduce", v1::OP_KIND_ALL_REDUCE, FactorAllReduce, Same},
-    {"all_gather", v1::OP_KIND_ALL_GATHER, FactorGather, Grow},
-    {"reduce_scatter", v1::OP_KIND_REDUCE_SCATTER, FactorGather, Shrink},
-    {"broadcast", v1::OP_KIND_BROADCAST, Factor1, Same},
-    {"reduce", v1::OP_KIND_REDUCE, Factor1, Same},
-    {"alltoall", v1::OP_KIND_ALL_TO_ALL, FactorGather, Same},
-    {"gather", v1::OP_KIND_GATHER, FactorGather, Grow},
-    {"scatter", v1::OP_KIND_SCATTER, FactorGather, Shrink},
-    {"sendrecv", v1::OP_KIND_SEND, Factor1, Same},
+    {"all_reduce", OpKind::kAllReduce, FactorAllReduce, Same},
+    {"all_gather", OpKind::kAllGather, FactorGather, Grow},
+    {"reduce_scatter", OpKind::kReduceScatter, FactorGather, Shrink},
+    {"broadcast", OpKind::kBroadcast, Factor1, Same},
+    {"reduce", OpKind::kReduce, Factor1, Same},
+    {"alltoall", OpKind::kAllToAll, FactorGather, Same},
+    {"gather", OpKind::kGather, FactorGather, Grow},
+    {"scatter", OpKind::kScatter, FactorGather, Shrink},
+    {"sendrecv", OpKind::kSend, Factor1, Same},
 };
 
 }  // namespace
@@ -39,7 +39,7 @@ const BenchOp* FindBenchOp(const std::string& name) {
   return nullptr;
 }
 
-const BenchOp* BenchOpFor(v1::OpKind kind) {
+const BenchOp* BenchOpFor(OpKind kind) {
   for (const BenchOp& op : kBenchOps) {
     if (op.kind == kind) return &op;
   }

@@ -7,13 +7,13 @@
 #include <string>
 #include <utility>
 
-#include "ccl/v1/worker.pb.h"
+#include "common/types.h"
 
 namespace ccl::ctl {
 
 struct BenchOp {
   const char* name;
-  v1::OpKind kind;
+  OpKind kind;
   // nccl-tests' bus bandwidth factor for n ranks.
   double (*bus_factor)(int n);
   // Elements of (input, output) per rank for `count` elements of the large
@@ -23,7 +23,7 @@ struct BenchOp {
 
 // By name ("all_reduce", also "allreduce", "all-gather", ...); null if none.
 const BenchOp* FindBenchOp(const std::string& name);
-// By kind (OP_KIND_SEND stands for sendrecv); null if none.
-const BenchOp* BenchOpFor(v1::OpKind kind);
+// By kind (kSend stands for sendrecv); null if none.
+const BenchOp* BenchOpFor(OpKind kind);
 
 }  // namespace ccl::ctl

@@ -12,11 +12,45 @@
 #include "common/security_flags.h"
 #include "nlohmann/json.hpp"
 
-namespace google::protobuf {
-class Message;
-}
-
 namespace ccl::ctl {
+
+// ccctl is the client library's one user inside this binary: its commands
+// name the library's types without the namespace (many hold a `client`).
+using client::BenchResult;
+using client::BenchSpec;
+using client::ClientOptions;
+using client::ClusterClient;
+using client::Fill;
+using client::FillKind;
+using client::FillKindByName;
+using client::GroupInfo;
+using client::MemberState;
+using client::MemberStateName;
+using client::Op;
+using client::OpLog;
+using client::OpRecord;
+using client::OpResult;
+using client::OpTiming;
+using client::Plan;
+using client::PlanResult;
+using client::PlanStep;
+using client::RankResult;
+using client::RankResults;
+using client::StatusText;
+using client::TensorAlloc;
+using client::TensorInfo;
+using client::TensorList;
+using client::TensorSpec;
+using client::TensorSummary;
+using client::TensorWrite;
+using client::WorkerInfo;
+using client::WorkRef;
+using client::WorkState;
+using client::WorkStateName;
+using client::WorkStatus;
+using client::World;
+using client::WorldState;
+using client::WorldStateName;
 
 // Exit codes: 0 success, 1 an RPC or op failed, 2 bad usage.
 inline constexpr int kExitOk = 0;
@@ -48,7 +82,7 @@ absl::StatusOr<SecurityOptions> ResolveSecurity(const Globals& globals);
 int Fail(const absl::Status& status, bool usage = false);
 // Prints each failed rank; true if any failed.
 template <typename T>
-bool ReportRankErrors(const std::vector<RankResult<T>>& results) {
+bool ReportRankErrors(const RankResults<T>& results) {
   bool failed = false;
   for (const auto& r : results) {
     if (!r.result.ok()) {
@@ -77,13 +111,6 @@ struct Temporary {
 bool FreeTemporaries(ClusterClient& client,
                      const std::vector<Temporary>& temporaries);
 
-// "queued", "running", "completed", "failed".
-std::string WorkStateName(v1::WorkState state);
-
-// The fill names ccctl and experiments accept ("rank+1", "arange", ...).
-std::optional<v1::FillKind> FillKindByName(const std::string& name);
-
-nlohmann::json ProtoToJson(const google::protobuf::Message& message);
 void PrintJson(const nlohmann::json& document);
 
 }  // namespace ccl::ctl

@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
-#include "coordinator/client/coordinator_client.h"
 
 namespace ccl::ctl {
 namespace {
@@ -187,26 +186,23 @@ int Up(Globals& globals, const UpArgs& args) {
     Down(globals);
     return Fail(security.status(), true);
   }
-  auto coordinator =
-      CoordinatorClient::Connect(address, std::chrono::seconds(5), *security);
-  if (!coordinator.ok()) {
-    Down(globals);
-    return Fail(coordinator.status(), true);
-  }
+  ClientOptions options;
+  options.coordinator = address;
+  options.timeout = std::chrono::seconds(5);
+  options.security = *security;
   bool ready = false;
   while (!ready && std::chrono::steady_clock::now() < deadline) {
-    auto world = (*coordinator)->GetWorld();
-    if (world.ok() && world->state() == v1::WORLD_STATE_COMPLETE) {
-      Globals local = globals;
-      local.coordinator = address;
-      auto client = Connect(local);
-      if (client.ok()) {
-        ready = true;
-        for (int rank : (*client)->AllRanks()) {
-          auto info = (*client)->Info(rank);
-          if (!info.ok() || info->state() != "ready") ready = false;
-        }
+    auto client = ClusterClient::Connect(options);
+    if (client.ok() && (*client)->world().state == WorldState::kComplete) {
+      ready = true;
+      for (const auto& info : (*client)->Info((*client)->AllRanks())) {
+        if (!info.result.ok() || info.result->state != "ready") ready = false;
       }
+    } else if (!client.ok() &&
+               client.status().code() == absl::StatusCode::kInvalidArgument) {
+      // Credentials that cannot work never will.
+      Down(globals);
+      return Fail(client.status(), true);
     }
     for (pid_t pid : workers) {
       if (!Alive(pid)) {

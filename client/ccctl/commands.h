@@ -21,6 +21,6 @@ void AddDebugTraceCommand(CLI::App& debug, Globals& globals, int& exit_code);
 void AddHealthCommand(CLI::App& app, Globals& globals, int& exit_code);
 
 // The groups table of `ccctl status` and `ccctl group ls`.
-void PrintGroups(const std::vector<RankResult<v1::WorkerInfo>>& infos);
+void PrintGroups(const RankResults<WorkerInfo>& infos);
 
 }  // namespace ccl::ctl

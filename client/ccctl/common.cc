@@ -1,11 +1,8 @@
-#include <google/protobuf/util/json_util.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <random>
 
 #include "absl/strings/str_format.h"
-
 #include "client/ccctl/ccctl.h"
 #include "client/ccctl/format.h"
 
@@ -68,14 +65,12 @@ bool FreeTemporaries(ClusterClient& client,
                      const std::vector<Temporary>& temporaries) {
   bool ok = true;
   for (const auto& [name, ranks] : temporaries) {
-    auto results = client.FanOut<int64_t>(
-        ranks, [&](int rank) { return client.Free(rank, name); });
-    for (const auto& r : results) {
+    for (const auto& r : client.Free(ranks, name)) {
       if (r.result.ok() || absl::IsNotFound(r.result.status())) continue;
       std::cerr << "ccctl: rank " << r.rank << ": could not free temporary "
                 << name << " (" << StatusText(r.result.status())
-                << "); free it with: ccctl tensor free " << name
-                << " --ranks " << r.rank << "\n";
+                << "); free it with: ccctl tensor free " << name << " --ranks "
+                << r.rank << "\n";
       ok = false;
     }
   }
@@ -85,49 +80,6 @@ bool FreeTemporaries(ClusterClient& client,
 int Fail(const absl::Status& status, bool usage) {
   std::cerr << "ccctl: " << StatusText(status) << "\n";
   return usage ? kExitUsage : kExitFailure;
-}
-
-std::optional<v1::FillKind> FillKindByName(const std::string& name) {
-  static const std::pair<const char*, v1::FillKind> kKinds[] = {
-      {"zeros", v1::FILL_KIND_ZEROS},
-      {"ones", v1::FILL_KIND_ONES},
-      {"constant", v1::FILL_KIND_CONSTANT},
-      {"rank", v1::FILL_KIND_RANK},
-      {"rank+1", v1::FILL_KIND_RANK_PLUS_ONE},
-      {"arange", v1::FILL_KIND_ARANGE},
-      {"arange+rank", v1::FILL_KIND_ARANGE_PLUS_RANK},
-      {"random", v1::FILL_KIND_RANDOM},
-      {"affine", v1::FILL_KIND_AFFINE},
-      {"empty", v1::FILL_KIND_UNINITIALIZED},
-  };
-  for (const auto& [known, kind] : kKinds) {
-    if (name == known) return kind;
-  }
-  return std::nullopt;
-}
-
-std::string WorkStateName(v1::WorkState state) {
-  switch (state) {
-    case v1::WORK_STATE_QUEUED:
-      return "queued";
-    case v1::WORK_STATE_RUNNING:
-      return "running";
-    case v1::WORK_STATE_COMPLETED:
-      return "completed";
-    case v1::WORK_STATE_FAILED:
-      return "failed";
-    default:
-      return "unknown";
-  }
-}
-
-nlohmann::json ProtoToJson(const google::protobuf::Message& message) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &text, options);
-  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
 void PrintJson(const nlohmann::json& document) {

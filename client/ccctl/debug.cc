@@ -7,6 +7,7 @@
 #include "client/ccctl/commands.h"
 #include "client/ccctl/diagnose.h"
 #include "client/ccctl/format.h"
+#include "client/ccctl/json.h"
 
 namespace ccl::ctl {
 namespace {
@@ -20,11 +21,9 @@ int DebugOps(Globals& globals, int limit) {
   const std::vector<int> ranks = (*client)->GroupRanks().empty()
                                      ? (*client)->AllRanks()
                                      : (*client)->GroupRanks();
-  auto results = (*client)->FanOut<v1::OpLog>(ranks, [&](int rank) {
-    return (*client)->OpLog(rank, globals.group, limit);
-  });
+  const auto results = (*client)->OpLogs(ranks, globals.group, limit);
   const bool failed = ReportRankErrors(results);
-  std::vector<v1::OpLog> logs;
+  std::vector<OpLog> logs;
   for (const auto& r : results) {
     if (r.result.ok()) logs.push_back(*r.result);
   }
@@ -32,28 +31,27 @@ int DebugOps(Globals& globals, int limit) {
   if (globals.json()) {
     nlohmann::json document = {{"group", globals.group}};
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& log : logs) out.push_back(ProtoToJson(log));
+    for (const auto& log : logs) out.push_back(ToJson(log));
     document["ranks"] = out;
     document["diagnosis"] = diagnosis;
     PrintJson(document);
     return failed ? kExitFailure : kExitOk;
   }
   Table table({"RANK", "SEQ", "OP", "STATE", "TIME_US", "AGE", "ERROR"});
-  for (const auto& log : logs) {
-    for (const auto& record : log.records()) {
+  for (const OpLog& log : logs) {
+    for (const OpRecord& record : log.records) {
       const double age_s =
-          (log.now_unix_us() - record.timing().enqueued_unix_us()) / 1e6;
+          (log.now_unix_us - record.timing.enqueued_unix_us) / 1e6;
       std::string error;
-      if (record.error_code() != 0) {
-        error = absl::StrCat(
-            absl::StatusCodeToString(
-                static_cast<absl::StatusCode>(record.error_code())),
-            ": ", record.error_message().substr(0, 80));
+      if (!record.error.ok()) {
+        error =
+            absl::StrCat(absl::StatusCodeToString(record.error.code()), ": ",
+                         std::string(record.error.message()).substr(0, 80));
       }
-      table.AddRow({absl::StrCat(log.rank()), absl::StrCat(record.seq()),
-                    DescribeRecord(record), WorkStateName(record.state()),
-                    absl::StrFormat("%.1f", record.timing().device_us()),
-                    record.timing().enqueued_unix_us() > 0
+      table.AddRow({absl::StrCat(log.rank), absl::StrCat(record.seq),
+                    DescribeRecord(record), WorkStateName(record.state),
+                    absl::StrFormat("%.1f", record.timing.device_us),
+                    record.timing.enqueued_unix_us > 0
                         ? absl::StrFormat("%.1fs", age_s)
                         : "-",
                     error});

@@ -9,58 +9,58 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/proto_convert.h"
 
 namespace ccl::ctl {
 namespace {
 
-bool Done(const v1::OpRecord& record) {
-  return record.state() == v1::WORK_STATE_COMPLETED ||
-         record.state() == v1::WORK_STATE_FAILED;
+using client::OpLog;
+using client::OpRecord;
+using client::WorkState;
+
+bool Done(const OpRecord& record) {
+  return record.state == WorkState::kCompleted ||
+         record.state == WorkState::kFailed;
 }
 
-std::string KindName(v1::OpKind kind) {
-  auto native = FromProto(kind);
-  return native.ok() ? std::string(OpKindName(*native)) : "?";
+bool Is(const OpRecord& record, OpKind kind) { return record.kind == kind; }
+
+std::string KindName(const OpRecord& record) {
+  return record.kind ? std::string(OpKindName(*record.kind)) : "?";
+}
+
+std::string DTypeText(const OpRecord& record) {
+  return record.dtype ? std::string(DTypeName(*record.dtype)) : "?";
 }
 
 // What must match across ranks at one seq (nops stand aside for p2p).
-std::string Fingerprint(const v1::OpRecord& record) {
-  if (record.kind() == v1::OP_KIND_SEND || record.kind() == v1::OP_KIND_RECV ||
-      record.kind() == v1::OP_KIND_NOP) {
+std::string Fingerprint(const OpRecord& record) {
+  if (Is(record, OpKind::kSend) || Is(record, OpKind::kRecv) ||
+      Is(record, OpKind::kNop)) {
     return "p2p";
   }
-  return absl::StrCat(record.kind(), "/", record.dtype(), "/", record.count(),
-                      "/", record.root());
+  return absl::StrCat(KindName(record), "/", DTypeText(record), "/",
+                      record.count, "/", record.root);
 }
 
 }  // namespace
 
-std::string DescribeRecord(const v1::OpRecord& record) {
-  std::string text = KindName(record.kind());
-  if (record.kind() == v1::OP_KIND_BARRIER ||
-      record.kind() == v1::OP_KIND_NOP) {
-    return text;
+std::string DescribeRecord(const OpRecord& record) {
+  std::string text = KindName(record);
+  if (Is(record, OpKind::kBarrier) || Is(record, OpKind::kNop)) return text;
+  if (record.count > 0 || record.work_id != 0) {
+    absl::StrAppend(&text, " of ", record.count, " ", DTypeText(record));
   }
-  if (record.count() > 0 || record.work_id() != 0) {
-    auto dtype = FromProto(record.dtype());
-    absl::StrAppend(&text, " of ", record.count(), " ",
-                    dtype.ok() ? std::string(DTypeName(*dtype)) : "?");
-  }
-  if (record.kind() == v1::OP_KIND_SEND) {
-    absl::StrAppend(&text, " to ", record.peer());
-  } else if (record.kind() == v1::OP_KIND_RECV) {
-    absl::StrAppend(&text, " from ", record.peer());
-  } else if (record.kind() == v1::OP_KIND_BROADCAST ||
-             record.kind() == v1::OP_KIND_REDUCE ||
-             record.kind() == v1::OP_KIND_GATHER ||
-             record.kind() == v1::OP_KIND_SCATTER) {
-    absl::StrAppend(&text, " root ", record.root());
+  if (Is(record, OpKind::kSend)) {
+    absl::StrAppend(&text, " to ", record.peer);
+  } else if (Is(record, OpKind::kRecv)) {
+    absl::StrAppend(&text, " from ", record.peer);
+  } else if (record.kind && HasRoot(*record.kind)) {
+    absl::StrAppend(&text, " root ", record.root);
   }
   return text;
 }
 
-std::vector<std::string> Diagnose(const std::vector<v1::OpLog>& logs,
+std::vector<std::string> Diagnose(const std::vector<OpLog>& logs,
                                   const std::vector<int>& group_to_world) {
   std::vector<std::string> lines;
   if (logs.empty()) return lines;
@@ -69,35 +69,35 @@ std::vector<std::string> Diagnose(const std::vector<v1::OpLog>& logs,
   struct Standing {
     int rank = 0;
     int64_t frontier = 0;
-    const v1::OpRecord* pending = nullptr;
-    const v1::OpRecord* last_done = nullptr;
+    const OpRecord* pending = nullptr;
+    const OpRecord* last_done = nullptr;
     int64_t now_us = 0;
   };
   std::vector<Standing> standings;
-  for (const v1::OpLog& log : logs) {
+  for (const OpLog& log : logs) {
     Standing s;
-    s.rank = log.rank();
-    s.frontier = log.next_seq();
-    s.now_us = log.now_unix_us();
-    for (const v1::OpRecord& record : log.records()) {
+    s.rank = log.rank;
+    s.frontier = log.next_seq;
+    s.now_us = log.now_unix_us;
+    for (const OpRecord& record : log.records) {
       if (Done(record)) {
-        if (s.last_done == nullptr || record.seq() > s.last_done->seq()) {
+        if (s.last_done == nullptr || record.seq > s.last_done->seq) {
           s.last_done = &record;
         }
-      } else if (s.pending == nullptr || record.seq() < s.pending->seq()) {
+      } else if (s.pending == nullptr || record.seq < s.pending->seq) {
         s.pending = &record;
       }
     }
-    if (s.pending != nullptr) s.frontier = s.pending->seq();
+    if (s.pending != nullptr) s.frontier = s.pending->seq;
     standings.push_back(s);
   }
 
   // Ranks that ran different ops at the same seq.
   std::map<int64_t, std::map<std::string, std::vector<std::string>>> by_seq;
-  for (const v1::OpLog& log : logs) {
-    for (const v1::OpRecord& record : log.records()) {
-      by_seq[record.seq()][Fingerprint(record)].push_back(
-          absl::StrCat("rank ", log.rank(), " ran ", DescribeRecord(record)));
+  for (const OpLog& log : logs) {
+    for (const OpRecord& record : log.records) {
+      by_seq[record.seq][Fingerprint(record)].push_back(
+          absl::StrCat("rank ", log.rank, " ran ", DescribeRecord(record)));
     }
   }
   for (const auto& [seq, variants] : by_seq) {
@@ -121,7 +121,7 @@ std::vector<std::string> Diagnose(const std::vector<v1::OpLog>& logs,
                      " ranks are idle, waiting for seq ", *frontiers.begin());
     if (standings[0].last_done != nullptr) {
       absl::StrAppend(&text, "; the last op was seq ",
-                      standings[0].last_done->seq(), " ",
+                      standings[0].last_done->seq, " ",
                       DescribeRecord(*standings[0].last_done));
     }
     lines.push_back(text);
@@ -129,20 +129,20 @@ std::vector<std::string> Diagnose(const std::vector<v1::OpLog>& logs,
     for (const Standing& s : standings) {
       std::string text = absl::StrCat("rank ", s.rank, " ");
       if (s.pending != nullptr) {
-        const bool running = s.pending->state() == v1::WORK_STATE_RUNNING;
+        const bool running = s.pending->state == WorkState::kRunning;
         const double waited_ms =
-            (s.now_us - s.pending->timing().enqueued_unix_us()) / 1e3;
+            (s.now_us - s.pending->timing.enqueued_unix_us) / 1e3;
         absl::StrAppend(&text, running ? "waits in" : "has queued", " seq ",
-                        s.pending->seq(), " ", DescribeRecord(*s.pending),
+                        s.pending->seq, " ", DescribeRecord(*s.pending),
                         absl::StrFormat(" (for %.0f ms)", waited_ms));
-        if (!running && s.pending->seq() > 0) {
-          absl::StrAppend(&text, ", behind seq ", s.pending->seq() - 1);
+        if (!running && s.pending->seq > 0) {
+          absl::StrAppend(&text, ", behind seq ", s.pending->seq - 1);
         }
       } else {
         absl::StrAppend(&text, "is idle at seq ", s.frontier);
       }
       if (s.last_done != nullptr) {
-        absl::StrAppend(&text, "; its last op is seq ", s.last_done->seq(), " ",
+        absl::StrAppend(&text, "; its last op is seq ", s.last_done->seq, " ",
                         DescribeRecord(*s.last_done));
       } else {
         absl::StrAppend(&text, "; it has run no op");
@@ -152,52 +152,45 @@ std::vector<std::string> Diagnose(const std::vector<v1::OpLog>& logs,
     // Name the missing partner of a point-to-point op that waits.
     for (const Standing& s : standings) {
       if (s.pending == nullptr) continue;
-      const v1::OpRecord& waiting = *s.pending;
-      if (waiting.kind() != v1::OP_KIND_SEND &&
-          waiting.kind() != v1::OP_KIND_RECV) {
-        continue;
-      }
+      const OpRecord& waiting = *s.pending;
+      if (!Is(waiting, OpKind::kSend) && !Is(waiting, OpKind::kRecv)) continue;
       const int peer_world =
-          waiting.peer() >= 0 &&
-                  waiting.peer() < static_cast<int>(group_to_world.size())
-              ? group_to_world[waiting.peer()]
-              : waiting.peer();
-      for (const v1::OpLog& log : logs) {
-        if (log.rank() != peer_world) continue;
+          waiting.peer >= 0 &&
+                  waiting.peer < static_cast<int>(group_to_world.size())
+              ? group_to_world[waiting.peer]
+              : waiting.peer;
+      for (const OpLog& log : logs) {
+        if (log.rank != peer_world) continue;
         bool matched = false;
-        for (const v1::OpRecord& record : log.records()) {
-          matched |= record.seq() == waiting.seq() &&
-                     (record.kind() == v1::OP_KIND_SEND ||
-                      record.kind() == v1::OP_KIND_RECV);
+        for (const OpRecord& record : log.records) {
+          matched |= record.seq == waiting.seq &&
+                     (Is(record, OpKind::kSend) || Is(record, OpKind::kRecv));
         }
         if (!matched) {
-          lines.push_back(
-              absl::StrCat("rank ", s.rank, "'s ", KindName(waiting.kind()),
-                           " at seq ", waiting.seq(), " has no partner: rank ",
-                           peer_world, " posted no ",
-                           waiting.kind() == v1::OP_KIND_RECV ? "send" : "recv",
-                           " at that seq"));
+          lines.push_back(absl::StrCat(
+              "rank ", s.rank, "'s ", KindName(waiting), " at seq ",
+              waiting.seq, " has no partner: rank ", peer_world, " posted no ",
+              Is(waiting, OpKind::kRecv) ? "send" : "recv", " at that seq"));
         }
       }
     }
   }
 
   // The latest failure on each rank.
-  for (const v1::OpLog& log : logs) {
-    const v1::OpRecord* failed = nullptr;
-    for (const v1::OpRecord& record : log.records()) {
-      if (record.state() == v1::WORK_STATE_FAILED &&
-          (failed == nullptr || record.seq() >= failed->seq())) {
+  for (const OpLog& log : logs) {
+    const OpRecord* failed = nullptr;
+    for (const OpRecord& record : log.records) {
+      if (record.state == WorkState::kFailed &&
+          (failed == nullptr || record.seq >= failed->seq)) {
         failed = &record;
       }
     }
     if (failed != nullptr) {
-      lines.push_back(
-          absl::StrCat("rank ", log.rank(), ": seq ", failed->seq(), " ",
-                       DescribeRecord(*failed), " failed: ",
-                       absl::StatusCodeToString(
-                           static_cast<absl::StatusCode>(failed->error_code())),
-                       ": ", failed->error_message()));
+      lines.push_back(absl::StrCat(
+          "rank ", log.rank, ": seq ", failed->seq, " ",
+          DescribeRecord(*failed),
+          " failed: ", absl::StatusCodeToString(failed->error.code()), ": ",
+          failed->error.message()));
     }
   }
   return lines;

@@ -1,7 +1,9 @@
-// The model of `ccctl run EXPERIMENT.yaml`: a tiny arithmetic expression
-// language, the parsed and validated steps of an experiment, and the pure
-// checks (assert, write values) the runner applies to what the workers return.
+// The model of `ccctl run EXPERIMENT.yaml`: the parsed and validated steps
+// of an experiment (their expressions in expression.h), and the pure checks
+// (assert, write values) the runner applies to what the workers return.
 // Plain C++ apart from yaml-cpp, so that tests reach it without a cluster.
+// Parsing lives in experiment_parse.cc, resolution in experiment_resolve.cc,
+// descriptions and checks in experiment_check.cc.
 //
 // Validation happens in two passes, both before any request reaches a worker:
 // ParseExperiment checks the document (structure, step kinds, keys, types,
@@ -21,45 +23,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/ccctl/expression.h"
 #include "common/types.h"
 
 namespace ccl::ctl {
-
-using Vars = std::map<std::string, double>;
-
-// Numbers (1, 2.5, 1e-6), identifiers, + - * / // % **, unary minus and
-// parentheses. `/` is true division, `//` floors and `%` takes the sign of
-// the divisor, as in Python, so tutorial formulas read the same.
-class Expression {
- public:
-  Expression() = default;  // the constant 0
-  static absl::StatusOr<Expression> Parse(std::string_view text);
-  static Expression Constant(double value);
-
-  absl::StatusOr<double> Evaluate(const Vars& vars) const;
-  const std::string& text() const { return text_; }
-  const std::set<std::string>& identifiers() const { return identifiers_; }
-
- private:
-  struct Node {
-    char op = 0;  // 0: number, 'v': identifier, '~': negation, 'f': floor
-                  // division, 'p': power, else the binary operator
-    double value = 0;
-    std::string name;
-    int lhs = -1, rhs = -1;
-  };
-  absl::StatusOr<double> Eval(int node, const Vars& vars) const;
-
-  std::string text_ = "0";
-  std::vector<Node> nodes_ = {Node{}};
-  int root_ = 0;
-  std::set<std::string> identifiers_;
-  friend class ExpressionParser;
-};
-
-// Evaluates `text` at once (parse + evaluate).
-absl::StatusOr<double> EvaluateExpression(std::string_view text,
-                                          const Vars& vars);
 
 enum class StepKind {
   kAlloc,

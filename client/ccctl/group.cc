@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
+#include "client/ccctl/json.h"
 
 namespace ccl::ctl {
 namespace {
@@ -16,8 +17,8 @@ struct GroupArgs {
   std::string ranks;
 };
 
-std::string RanksText(const v1::GroupInfo& group) {
-  return absl::StrJoin(group.ranks(), ",");
+std::string RanksText(const GroupInfo& group) {
+  return absl::StrJoin(group.ranks, ",");
 }
 
 int CreateGroup(Globals& globals, const GroupArgs& args) {
@@ -35,7 +36,7 @@ int CreateGroup(Globals& globals, const GroupArgs& args) {
     for (const auto& r : results) {
       document.push_back(
           r.result.ok()
-              ? ProtoToJson(*r.result)
+              ? ToJson(*r.result)
               : nlohmann::json{{"rank", r.rank},
                                {"error", StatusText(r.result.status())}});
       if (r.result.ok()) document.back()["rank"] = r.rank;
@@ -53,30 +54,30 @@ int CreateGroup(Globals& globals, const GroupArgs& args) {
 
 // One row per group, merged over the workers' views: the member ranks'
 // group ranks, next seqs and states.
-void PrintGroups(const std::vector<RankResult<v1::WorkerInfo>>& infos) {
+void PrintGroups(const RankResults<WorkerInfo>& infos) {
   struct Row {
-    v1::GroupInfo info;
+    GroupInfo info;
     std::map<std::string, int> states;
     int64_t min_seq = -1, max_seq = -1;
   };
   std::vector<Row> rows;
   for (const auto& r : infos) {
     if (!r.result.ok()) continue;
-    for (const auto& group : r.result->groups()) {
+    for (const GroupInfo& group : r.result->groups) {
       Row* row = nullptr;
       for (auto& existing : rows) {
-        if (existing.info.name() == group.name()) row = &existing;
+        if (existing.info.name == group.name) row = &existing;
       }
       if (!row) {
         rows.push_back(Row{group, {}, -1, -1});
         row = &rows.back();
       }
-      if (group.group_rank() < 0) continue;
-      row->states[group.state()]++;
-      if (row->min_seq < 0 || group.next_seq() < row->min_seq)
-        row->min_seq = group.next_seq();
-      row->max_seq = std::max(row->max_seq, group.next_seq());
-      row->info.set_backend(group.backend());
+      if (group.group_rank < 0) continue;
+      row->states[group.state]++;
+      if (row->min_seq < 0 || group.next_seq < row->min_seq)
+        row->min_seq = group.next_seq;
+      row->max_seq = std::max(row->max_seq, group.next_seq);
+      row->info.backend = group.backend;
     }
   }
   Table table({"GROUP", "WORLD RANKS", "SIZE", "BACKEND", "NEXT SEQ", "STATE"});
@@ -85,8 +86,8 @@ void PrintGroups(const std::vector<RankResult<v1::WorkerInfo>>& infos) {
     for (const auto& [state, n] : row.states) {
       states.push_back(absl::StrCat(state, " x", n));
     }
-    table.AddRow({row.info.name(), RanksText(row.info),
-                  absl::StrCat(row.info.ranks_size()), row.info.backend(),
+    table.AddRow({row.info.name, RanksText(row.info),
+                  absl::StrCat(row.info.ranks.size()), row.info.backend,
                   row.min_seq == row.max_seq
                       ? absl::StrCat(row.min_seq)
                       : absl::StrCat(row.min_seq, "..", row.max_seq),
@@ -121,14 +122,13 @@ void AddGroupCommands(CLI::App& app, Globals& globals, int& exit_code) {
       exit_code = Fail(client.status());
       return;
     }
-    auto infos = (*client)->FanOut<v1::WorkerInfo>(
-        (*client)->AllRanks(), [&](int rank) { return (*client)->Info(rank); });
+    const auto infos = (*client)->Info((*client)->AllRanks());
     const bool failed = ReportRankErrors(infos);
     if (globals.json()) {
       auto groups = (*client)->Groups();
       nlohmann::json document = nlohmann::json::array();
       if (groups.ok()) {
-        for (const auto& g : *groups) document.push_back(ProtoToJson(g));
+        for (const auto& g : *groups) document.push_back(ToJson(g));
       }
       PrintJson(document);
     } else {

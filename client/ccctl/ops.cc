@@ -5,32 +5,29 @@
 #include "absl/strings/str_split.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
-#include "common/proto_convert.h"
+#include "client/ccctl/json.h"
 
 namespace ccl::ctl {
 namespace {
 
 struct OpCommand {
   const char* name;
-  v1::OpKind kind;
+  OpKind kind;
   const char* help;
 };
 
 constexpr OpCommand kOpCommands[] = {
-    {"allreduce", v1::OP_KIND_ALL_REDUCE,
+    {"allreduce", OpKind::kAllReduce,
      "reduce on every rank, result everywhere"},
-    {"broadcast", v1::OP_KIND_BROADCAST,
-     "copy the root's tensor to every rank"},
-    {"reduce", v1::OP_KIND_REDUCE, "reduce onto the root"},
-    {"allgather", v1::OP_KIND_ALL_GATHER,
-     "gather every rank's tensor everywhere"},
-    {"reducescatter", v1::OP_KIND_REDUCE_SCATTER,
+    {"broadcast", OpKind::kBroadcast, "copy the root's tensor to every rank"},
+    {"reduce", OpKind::kReduce, "reduce onto the root"},
+    {"allgather", OpKind::kAllGather, "gather every rank's tensor everywhere"},
+    {"reducescatter", OpKind::kReduceScatter,
      "reduce, then each rank keeps its chunk"},
-    {"gather", v1::OP_KIND_GATHER, "gather every rank's tensor on the root"},
-    {"scatter", v1::OP_KIND_SCATTER, "split the root's tensor across ranks"},
-    {"alltoall", v1::OP_KIND_ALL_TO_ALL,
-     "chunk j of every rank goes to rank j"},
-    {"barrier", v1::OP_KIND_BARRIER, "wait until every rank arrives"},
+    {"gather", OpKind::kGather, "gather every rank's tensor on the root"},
+    {"scatter", OpKind::kScatter, "split the root's tensor across ranks"},
+    {"alltoall", OpKind::kAllToAll, "chunk j of every rank goes to rank j"},
+    {"barrier", OpKind::kBarrier, "wait until every rank arrives"},
 };
 
 struct OpArgs {
@@ -50,15 +47,15 @@ struct Sizes {
   int64_t out_chunks = 0;  // 0: in place
 };
 
-Sizes HelloSizes(v1::OpKind kind, int world) {
+Sizes HelloSizes(OpKind kind, int world) {
   switch (kind) {
-    case v1::OP_KIND_ALL_GATHER:
-    case v1::OP_KIND_GATHER:
+    case OpKind::kAllGather:
+    case OpKind::kGather:
       return {1, world};
-    case v1::OP_KIND_REDUCE_SCATTER:
-    case v1::OP_KIND_SCATTER:
+    case OpKind::kReduceScatter:
+    case OpKind::kScatter:
       return {world, 1};
-    case v1::OP_KIND_ALL_TO_ALL:
+    case OpKind::kAllToAll:
       return {world, world};
     default:
       return {1, 0};
@@ -66,9 +63,8 @@ Sizes HelloSizes(v1::OpKind kind, int world) {
 }
 
 // Ranks whose result the op defines (torch leaves the others unspecified).
-bool ResultDefinedOn(v1::OpKind kind, int rank, int root) {
-  if (kind == v1::OP_KIND_REDUCE || kind == v1::OP_KIND_GATHER)
-    return rank == root;
+bool ResultDefinedOn(OpKind kind, int rank, int root) {
+  if (kind == OpKind::kReduce || kind == OpKind::kGather) return rank == root;
   return true;
 }
 
@@ -77,45 +73,55 @@ std::string WorkIdText(int rank, int64_t id) {
 }
 
 void PrintOpResults(const Globals& globals, ClusterClient& client,
-                    const std::vector<RankResult<v1::OpResponse>>& results,
-                    const std::string& result_tensor, v1::OpKind kind, int root,
+                    const RankResults<OpResult>& results,
+                    const std::string& result_tensor, OpKind kind, int root,
                     int64_t limit, bool async) {
+  // The values of every rank that has them, in one request each.
+  std::vector<int> shown;
+  if (!async && !result_tensor.empty()) {
+    for (const auto& r : results) {
+      if (r.result.ok() && ResultDefinedOn(kind, r.rank, root)) {
+        shown.push_back(r.rank);
+      }
+    }
+  }
+  std::map<int, absl::StatusOr<TensorSummary>> summaries;
+  for (auto& s : client.Summarize(shown, result_tensor, limit)) {
+    summaries.emplace(s.rank, std::move(s.result));
+  }
   nlohmann::json document = nlohmann::json::array();
   Table table(async ? std::vector<std::string>{"RANK", "SEQ", "WORK"}
                     : std::vector<std::string>{"RANK", "VALUES", "TIME_US"});
   for (const auto& r : results) {
     if (!r.result.ok()) continue;
     nlohmann::json entry = {{"rank", r.rank},
-                            {"seq", r.result->seq()},
-                            {"generation", r.result->generation()}};
+                            {"seq", r.result->seq},
+                            {"generation", r.result->generation}};
     if (async) {
-      entry["work"] = WorkIdText(r.rank, r.result->work_id());
-      table.AddRow({absl::StrCat(r.rank), absl::StrCat(r.result->seq()),
-                    WorkIdText(r.rank, r.result->work_id())});
+      entry["work"] = WorkIdText(r.rank, r.result->work_id);
+      table.AddRow({absl::StrCat(r.rank), absl::StrCat(r.result->seq),
+                    WorkIdText(r.rank, r.result->work_id)});
       document.push_back(entry);
       continue;
     }
-    const auto& timing = r.result->timing();
-    entry["time_us"] = timing.device_us();
-    entry["queue_us"] = timing.queue_us();
-    entry["total_us"] = timing.total_us();
+    const OpTiming& timing = r.result->timing;
+    entry["time_us"] = timing.device_us;
+    entry["queue_us"] = timing.queue_us;
+    entry["total_us"] = timing.total_us;
     std::string values_text = "-";
-    if (!result_tensor.empty() && ResultDefinedOn(kind, r.rank, root)) {
-      auto summary = client.Summarize(r.rank, result_tensor, limit);
+    if (auto it = summaries.find(r.rank); it != summaries.end()) {
+      const absl::StatusOr<TensorSummary>& summary = it->second;
       if (summary.ok()) {
-        std::vector<double> head(summary->head().begin(),
-                                 summary->head().end());
-        auto dtype = FromProto(summary->info().spec().dtype());
-        entry["values"] = head;
+        entry["values"] = summary->head;
         values_text = FormatValues(
-            head, dtype.ok() ? *dtype : DType::kFloat64,
-            summary->info().numel() > static_cast<int64_t>(head.size()));
+            summary->head, summary->info.dtype,
+            summary->info.numel > static_cast<int64_t>(summary->head.size()));
       } else {
         values_text = StatusText(summary.status());
       }
     }
     table.AddRow({absl::StrCat(r.rank), values_text,
-                  absl::StrFormat("%.1f", timing.device_us())});
+                  absl::StrFormat("%.1f", timing.device_us)});
     document.push_back(entry);
   }
   if (globals.json()) {
@@ -144,10 +150,7 @@ int RunCollective(Globals& globals, const OpCommand& command,
   // Sizes follow the group; --src/--dst stay world ranks (torch's global
   // ranks), which the client translates to group ranks.
   const int world = (*client)->group_size();
-  if (command.kind == v1::OP_KIND_BROADCAST ||
-      command.kind == v1::OP_KIND_SCATTER ||
-      command.kind == v1::OP_KIND_REDUCE ||
-      command.kind == v1::OP_KIND_GATHER) {
+  if (HasRoot(command.kind)) {
     if (auto s = (*client)->CheckRanks({args.root}); !s.ok()) {
       return Fail(s, true);
     }
@@ -156,36 +159,27 @@ int RunCollective(Globals& globals, const OpCommand& command,
     }
   }
 
-  v1::OpRequest op;
-  op.set_kind(command.kind);
-  op.set_reduce_op(ToProto(*reduce_op));
-  op.set_premul_scale(args.scale);
-  op.set_root(args.root);
-  op.set_async(args.async);
-  op.set_skip_agreement(args.skip_agreement);
+  Op op;
+  op.kind = command.kind;
+  op.reduce = *reduce_op;
+  op.premul_scale = args.scale;
+  op.root = args.root;
+  op.async = args.async;
+  op.skip_agreement = args.skip_agreement;
 
   // Hello world: temporary tensors holding rank+1, freed afterwards.
   const bool hello = args.tensor.empty() && args.input.empty() &&
-                     command.kind != v1::OP_KIND_BARRIER;
+                     command.kind != OpKind::kBarrier;
   std::vector<Temporary> temporaries;
   if (hello) {
     const Sizes sizes = HelloSizes(command.kind, world);
     const std::string prefix = TemporaryPrefix("op");
     auto alloc_all = [&](const std::string& name, int64_t numel,
-                         v1::FillKind fill) -> absl::Status {
-      auto results = (*client)->FanOut<v1::TensorInfo>(
-          (*client)->GroupRanks(), [&](int rank) {
-            auto info = (*client)->Info(rank);
-            if (!info.ok())
-              return absl::StatusOr<v1::TensorInfo>(info.status());
-            v1::AllocTensorRequest request;
-            request.mutable_spec()->set_name(name);
-            request.mutable_spec()->set_dtype(ToProto(*dtype));
-            request.mutable_spec()->add_shape(numel);
-            *request.mutable_spec()->mutable_device() = info->device();
-            request.mutable_fill()->set_kind(fill);
-            return (*client)->Alloc(rank, request);
-          });
+                         FillKind fill) -> absl::Status {
+      // On each worker's own device, which the world already names.
+      const auto results =
+          (*client)->Alloc((*client)->GroupRanks(),
+                           TensorSpec{name, *dtype, {numel}}, Fill{fill});
       // Every rank but one that already held the name is ours to free: a
       // rank that failed may still have allocated (a deadline that passed
       // after the worker acted), and the others did.
@@ -198,53 +192,55 @@ int RunCollective(Globals& globals, const OpCommand& command,
         if (!r.result.ok() && status.ok()) {
           // Which rank failed is what a person needs (a stopped or dead
           // worker shows up here first).
-          status = absl::Status(
-              r.result.status().code(),
-              absl::StrCat("rank ", r.rank, ": allocating ", name, ": ",
-                           r.result.status().message()));
+          status =
+              absl::Status(r.result.status().code(),
+                           absl::StrCat("rank ", r.rank, ": allocating ", name,
+                                        ": ", r.result.status().message()));
         }
       }
       temporaries.push_back(std::move(temporary));
       return status;
     };
     absl::Status status = alloc_all(prefix + "in", sizes.in_chunks * args.count,
-                                    v1::FILL_KIND_RANK_PLUS_ONE);
+                                    FillKind::kRankPlusOne);
     if (status.ok() && sizes.out_chunks > 0) {
       status = alloc_all(prefix + "out", sizes.out_chunks * args.count,
-                         v1::FILL_KIND_ZEROS);
+                         FillKind::kZeros);
     }
-    op.set_input(prefix + "in");
-    if (sizes.out_chunks > 0) op.set_output(prefix + "out");
+    op.input = prefix + "in";
+    if (sizes.out_chunks > 0) op.output = prefix + "out";
     if (!status.ok()) {
       FreeTemporaries(**client, temporaries);
       return Fail(status);
     }
   } else if (!args.tensor.empty()) {
-    op.set_input(args.tensor);
+    op.input = args.tensor;
   } else {
-    op.set_input(args.input);
-    op.set_output(args.output);
+    op.input = args.input;
+    op.output = args.output;
   }
 
-  auto results = (*client)->Collective(op);
+  const auto results = (*client)->Collective(op);
   const bool failed = ReportRankErrors(results);
   const std::string result_tensor =
-      command.kind == v1::OP_KIND_BARRIER
+      command.kind == OpKind::kBarrier
           ? ""
-          : (op.output().empty() ? op.input() : op.output());
+          : (op.output.empty() ? op.input : op.output);
   if (!failed || globals.json()) {
     PrintOpResults(globals, **client, results, result_tensor, command.kind,
                    args.root, args.limit, args.async && !hello);
   }
   if (hello && args.async) {
     // The temporaries must outlive the op: wait before freeing them.
+    std::vector<WorkRef> works;
     for (const auto& r : results) {
-      if (!r.result.ok()) continue;
-      auto waited = (*client)->Wait(r.rank, r.result->work_id(),
-                                    (*client)->options().timeout);
-      if (!waited.ok()) {
-        std::cerr << "ccctl: rank " << r.rank << ": "
-                  << StatusText(waited.status()) << "\n";
+      if (r.result.ok()) works.push_back({r.rank, r.result->work_id});
+    }
+    for (const auto& waited :
+         (*client)->Wait(works, (*client)->options().timeout)) {
+      if (!waited.result.ok()) {
+        std::cerr << "ccctl: rank " << waited.rank << ": "
+                  << StatusText(waited.result.status()) << "\n";
       }
     }
   }
@@ -274,30 +270,30 @@ int RunSend(Globals& globals, const P2PArgs& args) {
     return Fail(absl::InvalidArgumentError("--from and --to must differ"),
                 true);
   }
-  std::map<int, v1::OpRequest> ops;
-  v1::OpRequest send;
-  send.set_kind(v1::OP_KIND_SEND);
-  send.set_input(args.tensor);
-  send.set_peer(args.to);
-  send.set_async(args.async);
+  std::map<int, Op> ops;
+  Op send;
+  send.kind = OpKind::kSend;
+  send.input = args.tensor;
+  send.peer = args.to;
+  send.async = args.async;
   ops[args.from] = send;
   if (!args.no_recv) {
-    v1::OpRequest recv;
-    recv.set_kind(v1::OP_KIND_RECV);
-    recv.set_input(args.tensor);
-    recv.set_peer(args.from);
-    recv.set_async(args.async);
+    Op recv;
+    recv.kind = OpKind::kRecv;
+    recv.input = args.tensor;
+    recv.peer = args.from;
+    recv.async = args.async;
     ops[args.to] = recv;
   }
   auto results = (*client)->PointToPoint(ops);
-  std::vector<RankResult<v1::OpResponse>> involved;
+  RankResults<OpResult> involved;
   for (auto& r : results) {
     if (ops.count(r.rank)) involved.push_back(std::move(r));
   }
   const bool failed = ReportRankErrors(involved);
   if (!failed || globals.json()) {
     PrintOpResults(globals, **client, involved, args.no_recv ? "" : args.tensor,
-                   v1::OP_KIND_RECV, args.to, args.limit, args.async);
+                   OpKind::kRecv, args.to, args.limit, args.async);
   }
   return failed ? kExitFailure : kExitOk;
 }
@@ -312,19 +308,19 @@ int RunRecv(Globals& globals, const P2PArgs& args) {
       return Fail(member.status(), true);
     }
   }
-  v1::OpRequest recv;
-  recv.set_kind(v1::OP_KIND_RECV);
-  recv.set_input(args.tensor);
-  recv.set_peer(args.from);
-  recv.set_async(args.async);
+  Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.input = args.tensor;
+  recv.peer = args.from;
+  recv.async = args.async;
   auto results = (*client)->PointToPoint({{args.rank, recv}});
-  std::vector<RankResult<v1::OpResponse>> involved;
+  RankResults<OpResult> involved;
   for (auto& r : results) {
     if (r.rank == args.rank) involved.push_back(std::move(r));
   }
   const bool failed = ReportRankErrors(involved);
   if (!failed || globals.json()) {
-    PrintOpResults(globals, **client, involved, args.tensor, v1::OP_KIND_RECV,
+    PrintOpResults(globals, **client, involved, args.tensor, OpKind::kRecv,
                    args.rank, args.limit, args.async);
   }
   return failed ? kExitFailure : kExitOk;
@@ -353,38 +349,35 @@ int RunWait(Globals& globals, const std::vector<std::string>& ids,
   }
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  std::vector<int> indexes;
-  for (size_t i = 0; i < works.size(); ++i) {
-    if (auto s = (*client)->CheckRanks({works[i].first}); !s.ok())
-      return Fail(s, true);
-    indexes.push_back(static_cast<int>(i));
+  std::vector<WorkRef> refs;
+  for (const auto& [rank, id] : works) {
+    if (auto s = (*client)->CheckRanks({rank}); !s.ok()) return Fail(s, true);
+    refs.push_back({rank, id});
   }
-  auto results = (*client)->FanOut<v1::WorkStatus>(indexes, [&](int i) {
-    const auto& [rank, id] = works[i];
-    return test_only ? (*client)->Test(rank, id)
-                     : (*client)->Wait(rank, id, (*client)->options().timeout);
-  });
+  const auto results =
+      test_only ? (*client)->Test(refs)
+                : (*client)->Wait(refs, (*client)->options().timeout);
   bool failed = false;
   nlohmann::json document = nlohmann::json::array();
   Table table({"WORK", "OP", "SEQ", "STATE", "TIME_US"});
-  for (const auto& r : results) {
-    const auto& [rank, id] = works[r.rank];
-    const std::string work = WorkIdText(rank, id);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    const std::string work = WorkIdText(refs[i].rank, refs[i].work_id);
     if (!r.result.ok()) {
       std::cerr << "ccctl: work " << work << ": "
                 << StatusText(r.result.status()) << "\n";
       failed = true;
       continue;
     }
-    auto kind = FromProto(r.result->kind());
-    nlohmann::json entry = ProtoToJson(*r.result);
+    const WorkStatus& status = *r.result;
+    nlohmann::json entry = ToJson(status);
     entry["work"] = work;
-    entry["rank"] = rank;
+    entry["rank"] = refs[i].rank;
     document.push_back(entry);
-    table.AddRow({work, kind.ok() ? std::string(OpKindName(*kind)) : "?",
-                  absl::StrCat(r.result->seq()),
-                  WorkStateName(r.result->state()),
-                  absl::StrFormat("%.1f", r.result->timing().device_us())});
+    table.AddRow({work,
+                  status.kind ? std::string(OpKindName(*status.kind)) : "?",
+                  absl::StrCat(status.seq), WorkStateName(status.state),
+                  absl::StrFormat("%.1f", status.timing.device_us)});
   }
   if (globals.json()) {
     PrintJson(document);
@@ -400,7 +393,7 @@ void AddOpCommands(CLI::App& app, Globals& globals, int& exit_code) {
   for (const OpCommand& command : kOpCommands) {
     auto args = std::make_shared<OpArgs>();
     auto* sub = app.add_subcommand(command.name, command.help);
-    if (command.kind != v1::OP_KIND_BARRIER) {
+    if (command.kind != OpKind::kBarrier) {
       sub->add_option("--tensor,-t", args->tensor,
                       "run in place on this tensor");
       sub->add_option("--input,-i", args->input, "input tensor (out of place)");
@@ -414,21 +407,18 @@ void AddOpCommands(CLI::App& app, Globals& globals, int& exit_code) {
       sub->add_option("--limit,-n", args->limit, "elements printed per rank")
           ->capture_default_str();
     }
-    if (command.kind == v1::OP_KIND_ALL_REDUCE ||
-        command.kind == v1::OP_KIND_REDUCE ||
-        command.kind == v1::OP_KIND_REDUCE_SCATTER) {
+    if (IsReduction(command.kind)) {
       sub->add_option("--op", args->op, "sum, prod, min, max, avg, premul_sum")
           ->capture_default_str();
       sub->add_option("--scale", args->scale, "factor of premul_sum");
     }
-    if (command.kind == v1::OP_KIND_BROADCAST ||
-        command.kind == v1::OP_KIND_SCATTER) {
+    if (command.kind == OpKind::kBroadcast ||
+        command.kind == OpKind::kScatter) {
       sub->add_option("--src,--root", args->root,
                       "source rank (a world rank, also with --group)")
           ->capture_default_str();
     }
-    if (command.kind == v1::OP_KIND_REDUCE ||
-        command.kind == v1::OP_KIND_GATHER) {
+    if (command.kind == OpKind::kReduce || command.kind == OpKind::kGather) {
       sub->add_option("--dst,--root", args->root,
                       "destination rank (a world rank, also with --group)")
           ->capture_default_str();

@@ -7,52 +7,14 @@
 #include "absl/strings/str_join.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
+#include "client/ccctl/json.h"
 #include "common/element.h"
-#include "common/proto_convert.h"
 
 namespace ccl::ctl {
 namespace {
 
-std::string MemberStateName(v1::MemberState state) {
-  switch (state) {
-    case v1::MEMBER_STATE_JOINING:
-      return "joining";
-    case v1::MEMBER_STATE_READY:
-      return "ready";
-    case v1::MEMBER_STATE_LOST:
-      return "lost";
-    case v1::MEMBER_STATE_LEFT:
-      return "left";
-    default:
-      return "unknown";
-  }
-}
-
-std::string WorldStateName(v1::WorldState state) {
-  switch (state) {
-    case v1::WORLD_STATE_FORMING:
-      return "forming";
-    case v1::WORLD_STATE_COMPLETE:
-      return "complete";
-    case v1::WORLD_STATE_DEGRADED:
-      return "degraded";
-    default:
-      return "unknown";
-  }
-}
-
-std::string DeviceText(const v1::Device& device) {
-  auto native = FromProto(device);
-  return native.ok() ? DeviceName(*native) : "?";
-}
-
-std::string ShapeText(const v1::TensorSpec& spec) {
-  return absl::StrCat("[", absl::StrJoin(spec.shape(), ","), "]");
-}
-
-std::string DTypeText(v1::DType dtype) {
-  auto native = FromProto(dtype);
-  return native.ok() ? std::string(DTypeName(*native)) : "?";
+std::string ShapeText(const TensorInfo& info) {
+  return absl::StrCat("[", absl::StrJoin(info.shape, ","), "]");
 }
 
 // --ranks "0,2" or every rank.
@@ -70,16 +32,15 @@ absl::StatusOr<std::vector<int>> SelectRanks(const ClusterClient& client,
 int Status(Globals& globals) {
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  const v1::World& world = (*client)->world();
-  auto infos = (*client)->FanOut<v1::WorkerInfo>(
-      (*client)->AllRanks(), [&](int rank) { return (*client)->Info(rank); });
+  const World& world = (*client)->world();
+  const auto infos = (*client)->Info((*client)->AllRanks());
   if (globals.json()) {
-    nlohmann::json document = ProtoToJson(world);
+    nlohmann::json document = ToJson(world);
     nlohmann::json workers = nlohmann::json::array();
     for (const auto& info : infos) {
       workers.push_back(
           info.result.ok()
-              ? ProtoToJson(*info.result)
+              ? ToJson(*info.result)
               : nlohmann::json{{"rank", info.rank},
                                {"error", StatusText(info.result.status())}});
     }
@@ -88,26 +49,26 @@ int Status(Globals& globals) {
     return kExitOk;
   }
   std::cout << "coordinator: " << (*client)->options().coordinator
-            << "\ngeneration:  " << world.generation()
-            << "\nworld size:  " << world.world_size() << " ("
-            << WorldStateName(world.state()) << ")\n\n";
+            << "\ngeneration:  " << world.generation
+            << "\nworld size:  " << world.world_size << " ("
+            << WorldStateName(world.state) << ")\n\n";
   Table table({"RANK", "ADDRESS", "DEVICE", "STATE", "HEARTBEAT", "BACKEND",
                "TENSORS", "BYTES"});
-  for (const auto& member : world.members()) {
+  for (const auto& member : world.members) {
     std::string backend = "-", tensors = "-", bytes = "-";
     for (const auto& info : infos) {
-      if (info.rank != member.rank()) continue;
+      if (info.rank != member.rank) continue;
       if (info.result.ok()) {
-        backend = info.result->backend();
-        tensors = absl::StrCat(info.result->tensor_count());
-        bytes = FormatBytes(info.result->tensor_bytes());
+        backend = info.result->backend;
+        tensors = absl::StrCat(info.result->tensor_count);
+        bytes = FormatBytes(info.result->tensor_bytes);
       } else {
         backend = absl::StatusCodeToString(info.result.status().code());
       }
     }
-    table.AddRow({absl::StrCat(member.rank()), member.address(),
-                  DeviceText(member.device()), MemberStateName(member.state()),
-                  absl::StrCat(member.last_seen_age_ms(), "ms ago"), backend,
+    table.AddRow({absl::StrCat(member.rank), member.address,
+                  DeviceName(member.device), MemberStateName(member.state),
+                  absl::StrCat(member.last_seen_age_ms, "ms ago"), backend,
                   tensors, bytes});
   }
   std::cout << table.Render() << "\n";
@@ -122,24 +83,19 @@ struct AllocArgs {
   uint64_t seed = 0;
 };
 
-absl::StatusOr<v1::Fill> ParseFill(const std::string& text, double value,
-                                   double rank_scale, double step,
-                                   uint64_t seed) {
-  v1::Fill fill;
-  fill.set_value(value);
-  fill.set_rank_scale(rank_scale);
-  fill.set_step(step);
-  fill.set_seed(seed);
+absl::StatusOr<Fill> ParseFill(const std::string& text, double value,
+                               double rank_scale, double step, uint64_t seed) {
+  Fill fill{FillKind::kZeros, value, rank_scale, step, seed};
   if (auto kind = FillKindByName(text)) {
-    fill.set_kind(*kind);
+    fill.kind = *kind;
     return fill;
   }
   // A bare number is a constant fill.
   double constant = 0;
   std::istringstream in(text);
   if (in >> constant && in.eof()) {
-    fill.set_kind(v1::FILL_KIND_CONSTANT);
-    fill.set_value(constant);
+    fill.kind = FillKind::kConstant;
+    fill.value = constant;
     return fill;
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -161,32 +117,20 @@ int Alloc(Globals& globals, const AllocArgs& args) {
   if (!client.ok()) return Fail(client.status());
   auto ranks = SelectRanks(**client, args.ranks);
   if (!ranks.ok()) return Fail(ranks.status(), true);
-  auto results = (*client)->FanOut<v1::TensorInfo>(*ranks, [&](int rank) {
-    v1::AllocTensorRequest request;
-    request.mutable_spec()->set_name(args.name);
-    request.mutable_spec()->set_dtype(ToProto(*dtype));
-    for (int64_t dim : *shape) request.mutable_spec()->add_shape(dim);
-    absl::StatusOr<v1::WorkerInfo> info;
-    if (args.device.empty()) {
-      // Tensors live on the worker's own device unless told otherwise.
-      info = (*client)->Info(rank);
-      if (!info.ok()) return absl::StatusOr<v1::TensorInfo>(info.status());
-      *request.mutable_spec()->mutable_device() = info->device();
-    } else {
-      auto device = ParseDevice(args.device);
-      if (!device.ok()) return absl::StatusOr<v1::TensorInfo>(device.status());
-      *request.mutable_spec()->mutable_device() = ToProto(*device);
-    }
-    *request.mutable_fill() = *fill;
-    return (*client)->Alloc(rank, request);
-  });
+  // Tensors live on the worker's own device unless told otherwise.
+  TensorSpec spec{args.name, *dtype, *shape, std::nullopt};
+  if (!args.device.empty()) {
+    auto device = ParseDevice(args.device);
+    if (!device.ok()) return Fail(device.status(), true);
+    spec.device = *device;
+  }
+  const auto results = (*client)->Alloc(*ranks, spec, *fill);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
     nlohmann::json document = nlohmann::json::array();
     for (const auto& r : results) {
       if (r.result.ok()) {
-        document.push_back(
-            {{"rank", r.rank}, {"tensor", ProtoToJson(*r.result)}});
+        document.push_back({{"rank", r.rank}, {"tensor", ToJson(*r.result)}});
       }
     }
     PrintJson(document);
@@ -194,10 +138,10 @@ int Alloc(Globals& globals, const AllocArgs& args) {
     Table table({"RANK", "NAME", "DTYPE", "SHAPE", "DEVICE", "BYTES"});
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
-      const auto& spec = r.result->spec();
-      table.AddRow({absl::StrCat(r.rank), spec.name(), DTypeText(spec.dtype()),
-                    ShapeText(spec), DeviceText(spec.device()),
-                    FormatBytes(r.result->bytes())});
+      const TensorInfo& info = *r.result;
+      table.AddRow({absl::StrCat(r.rank), info.name,
+                    std::string(DTypeName(info.dtype)), ShapeText(info),
+                    DeviceName(info.device), FormatBytes(info.bytes)});
     }
     std::cout << table.Render();
   }
@@ -222,9 +166,8 @@ int Write(Globals& globals, const WriteArgs& args) {
     return Fail(s, true);
   auto summary = (*client)->Summarize(args.rank, args.name, 0);
   if (!summary.ok()) return Fail(summary.status());
-  auto dtype = FromProto(summary->info().spec().dtype());
-  if (!dtype.ok()) return Fail(dtype.status());
-  const size_t element = DTypeSize(*dtype);
+  const DType dtype = summary->info.dtype;
+  const size_t element = DTypeSize(dtype);
   std::string bytes;
   if (!args.file.empty()) {
     std::ifstream in(args.file, std::ios::binary);
@@ -238,7 +181,7 @@ int Write(Globals& globals, const WriteArgs& args) {
     if (!values.ok()) return Fail(values.status(), true);
     bytes.resize(values->size() * element);
     for (size_t i = 0; i < values->size(); ++i) {
-      StoreElement(*dtype, bytes.data(), i, (*values)[i]);
+      StoreElement(dtype, bytes.data(), i, (*values)[i]);
     }
   }
   auto info = (*client)->Write(
@@ -247,7 +190,7 @@ int Write(Globals& globals, const WriteArgs& args) {
   if (globals.json()) {
     PrintJson({{"rank", args.rank},
                {"written_bytes", bytes.size()},
-               {"tensor", ProtoToJson(*info)}});
+               {"tensor", ToJson(*info)}});
   } else {
     std::cout << "rank " << args.rank << ": wrote " << bytes.size()
               << " bytes into " << args.name << "\n";
@@ -265,15 +208,13 @@ int Read(Globals& globals, const ReadArgs& args) {
   if (!client.ok()) return Fail(client.status());
   auto ranks = SelectRanks(**client, args.ranks);
   if (!ranks.ok()) return Fail(ranks.status(), true);
-  auto results = (*client)->FanOut<v1::TensorSummary>(*ranks, [&](int rank) {
-    return (*client)->Summarize(rank, args.name, args.limit);
-  });
+  const auto results = (*client)->Summarize(*ranks, args.name, args.limit);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
     nlohmann::json document = nlohmann::json::array();
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
-      nlohmann::json entry = ProtoToJson(*r.result);
+      nlohmann::json entry = ToJson(*r.result);
       entry["rank"] = r.rank;
       entry["values"] = entry["head"];
       document.push_back(entry);
@@ -283,20 +224,17 @@ int Read(Globals& globals, const ReadArgs& args) {
     Table table({"RANK", "DTYPE", "SHAPE", "VALUES", "SUM", "MIN", "MAX"});
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
-      auto dtype = FromProto(r.result->info().spec().dtype());
-      const DType shown = dtype.ok() ? *dtype : DType::kFloat64;
-      std::vector<double> head(r.result->head().begin(),
-                               r.result->head().end());
+      const TensorSummary& summary = *r.result;
+      const DType shown = summary.info.dtype;
       table.AddRow(
-          {absl::StrCat(r.rank), DTypeText(r.result->info().spec().dtype()),
-           ShapeText(r.result->info().spec()),
+          {absl::StrCat(r.rank), std::string(DTypeName(shown)),
+           ShapeText(summary.info),
            FormatValues(
-               head, shown,
-               r.result->info().numel() > static_cast<int64_t>(head.size())),
-           FormatValue(r.result->sum(),
+               summary.head, shown,
+               summary.info.numel > static_cast<int64_t>(summary.head.size())),
+           FormatValue(summary.sum,
                        IsFloatingPoint(shown) ? DType::kFloat64 : shown),
-           FormatValue(r.result->min(), shown),
-           FormatValue(r.result->max(), shown)});
+           FormatValue(summary.min, shown), FormatValue(summary.max, shown)});
     }
     std::cout << table.Render();
   }
@@ -309,8 +247,7 @@ int Free(Globals& globals, const std::string& name,
   if (!client.ok()) return Fail(client.status());
   auto ranks = SelectRanks(**client, ranks_text);
   if (!ranks.ok()) return Fail(ranks.status(), true);
-  auto results = (*client)->FanOut<int64_t>(
-      *ranks, [&](int rank) { return (*client)->Free(rank, name); });
+  const auto results = (*client)->Free(*ranks, name);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
     nlohmann::json document = nlohmann::json::array();
@@ -335,14 +272,13 @@ int List(Globals& globals, const std::string& ranks_text) {
   if (!client.ok()) return Fail(client.status());
   auto ranks = SelectRanks(**client, ranks_text);
   if (!ranks.ok()) return Fail(ranks.status(), true);
-  auto results = (*client)->FanOut<v1::ListTensorsResponse>(
-      *ranks, [&](int rank) { return (*client)->List(rank); });
+  const auto results = (*client)->List(*ranks);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
     nlohmann::json document = nlohmann::json::array();
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
-      nlohmann::json entry = ProtoToJson(*r.result);
+      nlohmann::json entry = ToJson(*r.result);
       entry["rank"] = r.rank;
       document.push_back(entry);
     }
@@ -351,11 +287,10 @@ int List(Globals& globals, const std::string& ranks_text) {
     Table table({"RANK", "NAME", "DTYPE", "SHAPE", "DEVICE", "BYTES"});
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
-      for (const auto& tensor : r.result->tensors()) {
-        table.AddRow(
-            {absl::StrCat(r.rank), tensor.spec().name(),
-             DTypeText(tensor.spec().dtype()), ShapeText(tensor.spec()),
-             DeviceText(tensor.spec().device()), FormatBytes(tensor.bytes())});
+      for (const TensorInfo& tensor : r.result->tensors) {
+        table.AddRow({absl::StrCat(r.rank), tensor.name,
+                      std::string(DTypeName(tensor.dtype)), ShapeText(tensor),
+                      DeviceName(tensor.device), FormatBytes(tensor.bytes)});
       }
     }
     std::cout << table.Render();

@@ -11,7 +11,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/ccctl/commands.h"
-#include "common/proto_convert.h"
 
 namespace ccl::ctl {
 namespace {
@@ -24,42 +23,20 @@ constexpr int kClockProbes = 5;
 double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 double Round1(double v) { return std::round(v * 10.0) / 10.0; }
 
-std::string KindName(v1::OpKind kind) {
-  auto native = FromProto(kind);
-  return native.ok() ? std::string(OpKindName(*native))
-                     : absl::StrCat("op", static_cast<int>(kind));
+std::string KindName(const OpRecord& record) {
+  return record.kind ? std::string(OpKindName(*record.kind)) : "op?";
 }
 
-std::string CodeName(int code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+std::string StateName(WorkState state) {
+  return state == WorkState::kUnknown ? "unspecified" : WorkStateName(state);
 }
 
-std::string StateName(v1::WorkState state) {
-  switch (state) {
-    case v1::WORK_STATE_QUEUED:
-      return "queued";
-    case v1::WORK_STATE_RUNNING:
-      return "running";
-    case v1::WORK_STATE_COMPLETED:
-      return "completed";
-    case v1::WORK_STATE_FAILED:
-      return "failed";
-    default:
-      return "unspecified";
-  }
+bool Is(const OpRecord& record, OpKind kind) { return record.kind == kind; }
+bool Rooted(const OpRecord& r) { return r.kind && HasRoot(*r.kind); }
+bool PointToPoint(const OpRecord& r) {
+  return Is(r, OpKind::kSend) || Is(r, OpKind::kRecv);
 }
-
-bool Rooted(v1::OpKind k) {
-  return k == v1::OP_KIND_BROADCAST || k == v1::OP_KIND_REDUCE ||
-         k == v1::OP_KIND_GATHER || k == v1::OP_KIND_SCATTER;
-}
-bool PointToPoint(v1::OpKind k) {
-  return k == v1::OP_KIND_SEND || k == v1::OP_KIND_RECV;
-}
-bool Reduction(v1::OpKind k) {
-  return k == v1::OP_KIND_ALL_REDUCE || k == v1::OP_KIND_REDUCE ||
-         k == v1::OP_KIND_REDUCE_SCATTER;
-}
+bool Reduction(const OpRecord& r) { return r.kind && IsReduction(*r.kind); }
 
 int ToWorld(const std::vector<int>& ranks, int group_rank) {
   return group_rank >= 0 && group_rank < static_cast<int>(ranks.size())
@@ -70,7 +47,7 @@ int ToWorld(const std::vector<int>& ranks, int group_rank) {
 struct Slice {
   int rank = 0;
   std::string group;
-  const v1::OpRecord* record = nullptr;
+  const OpRecord* record = nullptr;
   const std::vector<int>* ranks = nullptr;
   double start = 0, end = 0, ts = 0, dur = 0;
   // Index of the slice's event in traceEvents, to add to its args later.
@@ -137,25 +114,24 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
         it != clocks.end() && it->second.applied) {
       offset = it->second.offset_us;
     }
-    const double now = static_cast<double>(entry.log.now_unix_us()) - offset;
+    const double now = static_cast<double>(entry.log.now_unix_us) - offset;
     auto group_it = groups.find(entry.group);
-    for (const v1::OpRecord& record : entry.log.records()) {
+    for (const OpRecord& record : entry.log.records) {
       // A nop only takes a seq on a rank with no part in a p2p op; a record
       // without a time was refused before it was queued.
-      if (record.kind() == v1::OP_KIND_NOP) continue;
-      if (record.timing().enqueued_unix_us() <= 0) continue;
+      if (Is(record, OpKind::kNop)) continue;
+      if (record.timing.enqueued_unix_us <= 0) continue;
       const double enqueued =
-          static_cast<double>(record.timing().enqueued_unix_us()) - offset;
+          static_cast<double>(record.timing.enqueued_unix_us) - offset;
       Slice s;
       s.rank = entry.rank;
       s.group = entry.group;
       s.record = &record;
       s.ranks = group_it != groups.end() ? &group_it->second : &kNoRanks;
-      s.start = enqueued + record.timing().queue_us();
-      const bool done = record.state() == v1::WORK_STATE_COMPLETED ||
-                        record.state() == v1::WORK_STATE_FAILED;
-      s.end =
-          std::max(done ? enqueued + record.timing().total_us() : now, s.start);
+      s.start = enqueued + record.timing.queue_us;
+      const bool done = record.state == WorkState::kCompleted ||
+                        record.state == WorkState::kFailed;
+      s.end = std::max(done ? enqueued + record.timing.total_us : now, s.start);
       slices.push_back(s);
     }
   }
@@ -200,39 +176,37 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
         return std::tie(a.start, a.rank) < std::tie(b.start, b.rank);
       });
   for (Slice& s : slices) {
-    const v1::OpRecord& r = *s.record;
-    const std::string kind = KindName(r.kind());
-    const bool failed = r.state() == v1::WORK_STATE_FAILED;
-    const bool running = r.state() == v1::WORK_STATE_QUEUED ||
-                         r.state() == v1::WORK_STATE_RUNNING;
-    auto dtype = FromProto(r.dtype());
+    const OpRecord& r = *s.record;
+    const std::string kind = KindName(r);
+    const bool failed = r.state == WorkState::kFailed;
+    const bool running =
+        r.state == WorkState::kQueued || r.state == WorkState::kRunning;
     Json args = {
         {"group", s.group},
-        {"seq", r.seq()},
-        {"generation", r.generation()},
-        {"state", StateName(r.state())},
-        {"dtype", dtype.ok() ? std::string(DTypeName(*dtype)) : "unspecified"},
-        {"count", r.count()},
+        {"seq", r.seq},
+        {"generation", r.generation},
+        {"state", StateName(r.state)},
+        {"dtype", r.dtype ? std::string(DTypeName(*r.dtype)) : "unspecified"},
+        {"count", r.count},
         {"bytes",
-         r.count() * static_cast<int64_t>(dtype.ok() ? DTypeSize(*dtype) : 0)},
-        {"queue_us", Round3(r.timing().queue_us())},
-        {"device_us", Round3(r.timing().device_us())},
-        {"total_us", Round3(r.timing().total_us())},
-        {"enqueued_unix_us", r.timing().enqueued_unix_us()},
-        {"work_id", r.work_id()},
+         r.count * static_cast<int64_t>(r.dtype ? DTypeSize(*r.dtype) : 0)},
+        {"queue_us", Round3(r.timing.queue_us)},
+        {"device_us", Round3(r.timing.device_us)},
+        {"total_us", Round3(r.timing.total_us)},
+        {"enqueued_unix_us", r.timing.enqueued_unix_us},
+        {"work_id", r.work_id},
     };
-    if (!r.input().empty()) args["input"] = r.input();
-    if (!r.output().empty()) args["output"] = r.output();
-    if (Rooted(r.kind())) args["root"] = ToWorld(*s.ranks, r.root());
-    if (PointToPoint(r.kind())) args["peer"] = ToWorld(*s.ranks, r.peer());
-    if (Reduction(r.kind())) {
-      auto op = FromProto(r.reduce_op());
+    if (!r.input.empty()) args["input"] = r.input;
+    if (!r.output.empty()) args["output"] = r.output;
+    if (Rooted(r)) args["root"] = ToWorld(*s.ranks, r.root);
+    if (PointToPoint(r)) args["peer"] = ToWorld(*s.ranks, r.peer);
+    if (Reduction(r)) {
       args["reduce_op"] =
-          op.ok() ? std::string(ReduceOpName(*op)) : "unspecified";
+          r.reduce ? std::string(ReduceOpName(*r.reduce)) : "unspecified";
     }
-    if (r.error_code() != 0) {
-      args["error"] =
-          absl::StrCat(CodeName(r.error_code()), ": ", r.error_message());
+    if (!r.error.ok()) {
+      args["error"] = absl::StrCat(absl::StatusCodeToString(r.error.code()),
+                                   ": ", r.error.message());
     }
     s.ts = Round3(s.start - base);
     s.dur = Round3(s.end - s.start);
@@ -254,7 +228,8 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
           {{"ph", "i"},
            {"s", "t"},
            {"cat", "error"},
-           {"name", absl::StrCat(kind, " failed: ", CodeName(r.error_code()))},
+           {"name", absl::StrCat(kind, " failed: ",
+                                 absl::StatusCodeToString(r.error.code()))},
            {"pid", s.rank},
            {"tid", tids[s.group]},
            {"ts", Round3(s.ts + s.dur)},
@@ -265,7 +240,7 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
   // Flow arrows between the ranks of one op.
   std::map<std::tuple<int64_t, std::string, int64_t>, std::vector<Slice*>> ops;
   for (Slice& s : slices) {
-    ops[{s.record->generation(), s.group, s.record->seq()}].push_back(&s);
+    ops[{s.record->generation, s.group, s.record->seq}].push_back(&s);
   }
   int next_id = 1;
   // From early in the source (when it arrived, or the data left) to late in
@@ -298,14 +273,14 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
     const auto& [generation, group, seq] = key;
     bool p2p = false;
     for (const Slice* s : members_of_op) {
-      p2p = p2p || PointToPoint(s->record->kind());
+      p2p = p2p || PointToPoint(*s->record);
     }
     if (p2p) {
       for (const Slice* send : members_of_op) {
-        if (send->record->kind() != v1::OP_KIND_SEND) continue;
-        const int peer = ToWorld(*send->ranks, send->record->peer());
+        if (!Is(*send->record, OpKind::kSend)) continue;
+        const int peer = ToWorld(*send->ranks, send->record->peer);
         for (const Slice* recv : members_of_op) {
-          if (recv->record->kind() == v1::OP_KIND_RECV && recv->rank == peer) {
+          if (Is(*recv->record, OpKind::kRecv) && recv->rank == peer) {
             arrow(*send, *recv, group, seq);
           }
         }
@@ -364,16 +339,16 @@ int DebugTrace(Globals& globals, const TraceArgs& args) {
   if (!args.groups.empty()) {
     wanted = absl::StrSplit(args.groups, ',', absl::SkipEmpty());
   }
-  for (const v1::GroupInfo& g : *known) {
+  for (const GroupInfo& g : *known) {
     if (wanted.empty() ||
-        std::find(wanted.begin(), wanted.end(), g.name()) != wanted.end()) {
-      groups[g.name()].assign(g.ranks().begin(), g.ranks().end());
+        std::find(wanted.begin(), wanted.end(), g.name) != wanted.end()) {
+      groups[g.name] = g.ranks;
     }
   }
   for (const std::string& g : wanted) {
     if (!groups.count(g)) {
       std::vector<std::string> names;
-      for (const auto& info : *known) names.push_back(info.name());
+      for (const auto& info : *known) names.push_back(info.name);
       return Fail(absl::NotFoundError(absl::StrCat(
           "no group named '", g,
           "' in the cluster (known: ", absl::StrJoin(names, ", "), ")")));
@@ -383,25 +358,24 @@ int DebugTrace(Globals& globals, const TraceArgs& args) {
   std::vector<std::string> errors;
   std::map<int, ClockSample> samples;
   std::map<int, std::string> hosts, members;
-  for (const auto& member : (*client)->world().members()) {
-    const int rank = member.rank();
-    hosts[rank] = member.host();
-    members[rank] =
-        absl::StrCat(member.device().kind() == v1::DEVICE_KIND_CUDA
-                         ? absl::StrCat("cuda:", member.device().index())
-                         : "cpu",
-                     " @ ", member.host().empty() ? "?" : member.host());
+  for (const auto& member : (*client)->world().members) {
+    const int rank = member.rank;
+    hosts[rank] = member.host;
+    members[rank] = absl::StrCat(DeviceName(member.device), " @ ",
+                                 member.host.empty() ? "?" : member.host);
     ClockSample best;
     absl::Status failed;
+    // One rank at a time: a reading's round trip bounds its error.
     for (int i = 0; i < kClockProbes && failed.ok(); ++i) {
       const double t0 = NowUs();
-      auto log = (*client)->OpLog(rank, "world", 1);
+      auto logs = (*client)->OpLogs({rank}, "world", 1);
       const double t1 = NowUs();
+      const auto& log = logs.front().result;
       if (!log.ok()) {
         failed = log.status();
         break;
       }
-      ClockSample sample{log->now_unix_us() - (t0 + t1) / 2, t1 - t0};
+      ClockSample sample{log->now_unix_us - (t0 + t1) / 2, t1 - t0};
       if (i == 0 || sample.rtt_us < best.rtt_us) best = sample;
     }
     if (failed.ok()) {
@@ -413,15 +387,17 @@ int DebugTrace(Globals& globals, const TraceArgs& args) {
 
   std::vector<TraceLog> logs;
   for (const auto& [group, ranks] : groups) {
+    std::vector<int> answering;
     for (int rank : ranks) {
-      if (!samples.count(rank)) continue;  // did not answer: named above
-      auto log = (*client)->OpLog(rank, group, args.limit);
-      if (!log.ok()) {
+      if (samples.count(rank)) answering.push_back(rank);  // else named above
+    }
+    for (auto& r : (*client)->OpLogs(answering, group, args.limit)) {
+      if (!r.result.ok()) {
         errors.push_back(
-            absl::StrCat("rank ", rank, ": ", StatusText(log.status())));
+            absl::StrCat("rank ", r.rank, ": ", StatusText(r.result.status())));
         continue;
       }
-      logs.push_back({rank, group, *std::move(log)});
+      logs.push_back({r.rank, group, *std::move(r.result)});
     }
   }
   Json trace =

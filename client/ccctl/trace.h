@@ -1,15 +1,16 @@
 // ccctl debug trace: every rank's flight recorder as one Chrome / Perfetto
 // trace (JSON object format). The Python client's trace() builds the same
 // document (client/python/ccl/_trace.py); docs/python.md, "Traces", says
-// how to read it. Plain logic over the protos, unit-tested without a
-// cluster; the command around it fetches the logs and clock readings.
+// how to read it. Plain logic over the client library's logs, unit-tested
+// without a cluster; the command around it fetches the logs and clock
+// readings.
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "ccl/v1/worker.pb.h"
+#include "client/types.h"
 #include "nlohmann/json.hpp"
 
 namespace ccl::ctl {
@@ -39,7 +40,7 @@ std::map<int, RankClock> AlignClocks(const std::map<int, ClockSample>& samples,
 struct TraceLog {
   int rank = 0;  // world rank
   std::string group;
-  v1::OpLog log;
+  client::OpLog log;
 };
 
 // The trace: a process per rank, a thread track per group, a slice per op

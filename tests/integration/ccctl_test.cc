@@ -235,6 +235,60 @@ TEST_F(CcctlTest, EveryExamplePasses) {
   EXPECT_GE(examples, 10);
 }
 
+// Consecutive sync ops (and repeats of them) go to the workers as plans;
+// the report is still one entry per step, and the checks after them see
+// every op's effect.
+TEST_F(CcctlTest, RunSendsConsecutiveOpsAsPlans) {
+  const fs::path file = dir_ / "plans.yaml";
+  std::ofstream(file) << R"(name: plans
+steps:
+  - alloc: {name: p, shape: [2], fill: rank+1}
+  - allreduce: p
+  - repeat:
+      times: 3
+      steps:
+        - allreduce: {tensor: p, op: max}
+        - broadcast: {tensor: p, src: 1}
+  - send: {tensor: p, from: 0, to: 1}
+  - assert: {tensor: p, equal: [world_size * (world_size + 1) / 2, 10]}
+)";
+  Result run = Ccctl("-o json run " + file.string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto document = nlohmann::json::parse(run.out);
+  EXPECT_TRUE(document["ok"]) << run.out;
+  int planned = 0, ops = 0;
+  for (const auto& step : document["steps"]) {
+    const std::string kind = step["kind"];
+    if (kind == "allreduce" || kind == "broadcast" || kind == "send") {
+      ++ops;
+      if (step.contains("plan_steps")) {
+        ++planned;
+        EXPECT_EQ(step["plan_steps"], 8) << step;
+      }
+    }
+  }
+  EXPECT_EQ(ops, 8);
+  EXPECT_EQ(planned, 8) << run.out;
+}
+
+// A step the workers refuse inside a run of ops still fails as itself: the
+// plan is refused whole, and its ops run one by one up to the bad one.
+TEST_F(CcctlTest, ARefusedPlanNamesTheStepAtFault) {
+  const fs::path file = dir_ / "refused.yaml";
+  std::ofstream(file) << R"(steps:
+  - alloc: {name: q, shape: [2], fill: rank+1}
+  - allreduce: q
+  - allreduce: no.such.tensor
+  - allreduce: q
+)";
+  Result run = Ccctl("run " + file.string());
+  EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+  EXPECT_NE(run.err.find("step 3 (line 4"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("NOT_FOUND"), std::string::npos) << run.err;
+  EXPECT_NE(run.out.find("[2/4] allreduce sum q ... ok"), std::string::npos)
+      << run.out;
+}
+
 TEST_F(CcctlTest, LoneRecvSendWithoutRecvAndTest) {
   ASSERT_EQ(Ccctl("tensor alloc lone --shape 3").exit_code, 0);
   // The tutorial's trap, bounded: a recv whose sender never sends.

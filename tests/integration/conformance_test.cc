@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
-#include "common/proto_convert.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_cluster.h"
 
@@ -32,10 +31,13 @@
 namespace ccl {
 namespace {
 
+using client::ClusterClient;
+using client::Op;
+using client::TensorSpec;
 using testing::LocalCluster;
 
 struct Case {
-  v1::OpKind kind;
+  OpKind kind;
   ReduceOp reduce = ReduceOp::kSum;
   DType dtype = DType::kFloat32;
   int64_t n = 1;  // elements per rank chunk
@@ -44,9 +46,9 @@ struct Case {
   int root = 0;
   std::string Name() const {
     return absl::StrCat(
-        v1::OpKind_Name(kind), " ", std::string(ReduceOpName(reduce)), " ",
-        std::string(DTypeName(dtype)), " n=", n, in_place ? " in-place" : "",
-        async ? " async" : "", " root=", root);
+        std::string(OpKindName(kind)), " ", std::string(ReduceOpName(reduce)),
+        " ", std::string(DTypeName(dtype)), " n=", n,
+        in_place ? " in-place" : "", async ? " async" : "", " root=", root);
   }
 };
 
@@ -141,18 +143,9 @@ class ConformanceTest : public ::testing::TestWithParam<int> {
     world_ = GetParam();
   }
 
-  v1::Device WorkerDevice(int rank) {
-    auto info = client_->Info(rank);
-    return info.ok() ? info->device() : v1::Device();
-  }
-
+  // On the worker's own device (the spec names none).
   void Alloc(int rank, const std::string& name, DType dtype, int64_t numel) {
-    v1::AllocTensorRequest request;
-    request.mutable_spec()->set_name(name);
-    request.mutable_spec()->set_dtype(ToProto(dtype));
-    request.mutable_spec()->add_shape(numel);
-    *request.mutable_spec()->mutable_device() = WorkerDevice(rank);
-    auto info = client_->Alloc(rank, request);
+    auto info = client_->Alloc(rank, TensorSpec{name, dtype, {numel}});
     ASSERT_TRUE(info.ok()) << "rank " << rank << ": " << info.status();
   }
 
@@ -175,18 +168,18 @@ class ConformanceTest : public ::testing::TestWithParam<int> {
   }
 
   // Submits `op` on every rank (waiting for async ones) and expects success.
-  void RunEverywhere(v1::OpRequest op, bool async) {
-    op.set_async(async);
+  void RunEverywhere(Op op, bool async) {
+    op.async = async;
     auto results = client_->Collective(op);
     for (const auto& r : results) {
       ASSERT_TRUE(r.result.ok())
           << "rank " << r.rank << ": " << r.result.status();
       if (async) {
-        auto waited = client_->Wait(r.rank, r.result->work_id(),
-                                    std::chrono::seconds(30));
+        auto waited =
+            client_->Wait(r.rank, r.result->work_id, std::chrono::seconds(30));
         ASSERT_TRUE(waited.ok())
             << "rank " << r.rank << ": " << waited.status();
-        EXPECT_EQ(waited->state(), v1::WORK_STATE_COMPLETED);
+        EXPECT_EQ(waited->state, client::WorkState::kCompleted);
       }
     }
   }
@@ -205,15 +198,15 @@ void ConformanceTest::Check(const Case& c) {
   // Element counts of the input and output buffers of one rank.
   int64_t in_len = n, out_len = n;
   switch (c.kind) {
-    case v1::OP_KIND_ALL_GATHER:
-    case v1::OP_KIND_GATHER:
+    case OpKind::kAllGather:
+    case OpKind::kGather:
       out_len = w * n;
       break;
-    case v1::OP_KIND_REDUCE_SCATTER:
-    case v1::OP_KIND_SCATTER:
+    case OpKind::kReduceScatter:
+    case OpKind::kScatter:
       in_len = w * n;
       break;
-    case v1::OP_KIND_ALL_TO_ALL:
+    case OpKind::kAllToAll:
       in_len = out_len = w * n;
       break;
     default:
@@ -236,13 +229,13 @@ void ConformanceTest::Check(const Case& c) {
     return inputs[r][(c.in_place && grows ? r * n : 0) + i];
   };
 
-  v1::OpRequest op;
-  op.set_kind(c.kind);
-  op.set_reduce_op(ToProto(c.reduce));
-  op.set_premul_scale(2.0);
-  op.set_root(c.root);
-  op.set_input(in);
-  if (!c.in_place) op.set_output(out);
+  Op op;
+  op.kind = c.kind;
+  op.reduce = c.reduce;
+  op.premul_scale = 2.0;
+  op.root = c.root;
+  op.input = in;
+  if (!c.in_place) op.output = out;
   RunEverywhere(op, c.async);
   if (::testing::Test::HasFatalFailure()) {
     FreeAll({in, out});
@@ -252,7 +245,7 @@ void ConformanceTest::Check(const Case& c) {
   const std::string result_name = c.in_place ? in : out;
   const double tolerance = Tolerance(c.dtype);
   for (int q = 0; q < w; ++q) {
-    if ((c.kind == v1::OP_KIND_REDUCE || c.kind == v1::OP_KIND_GATHER) &&
+    if ((c.kind == OpKind::kReduce || c.kind == OpKind::kGather) &&
         q != c.root) {
       continue;  // undefined off the root, as in torch
     }
@@ -261,25 +254,25 @@ void ConformanceTest::Check(const Case& c) {
     // Where the result starts in the buffer that holds it.
     int64_t offset = 0;
     switch (c.kind) {
-      case v1::OP_KIND_ALL_REDUCE:
-      case v1::OP_KIND_REDUCE:
+      case OpKind::kAllReduce:
+      case OpKind::kReduce:
         for (int64_t i = 0; i < n; ++i) {
           std::vector<double> column;
           for (int r = 0; r < w; ++r) column.push_back(inputs[r][i]);
           expected.push_back(Reduce(c, column));
         }
         break;
-      case v1::OP_KIND_BROADCAST:
+      case OpKind::kBroadcast:
         for (int64_t i = 0; i < n; ++i) expected.push_back(inputs[c.root][i]);
         break;
-      case v1::OP_KIND_ALL_GATHER:
-      case v1::OP_KIND_GATHER:
+      case OpKind::kAllGather:
+      case OpKind::kGather:
         for (int r = 0; r < w; ++r) {
           for (int64_t i = 0; i < n; ++i)
             expected.push_back(contribution(r, i));
         }
         break;
-      case v1::OP_KIND_REDUCE_SCATTER:
+      case OpKind::kReduceScatter:
         offset = c.in_place ? q * n : 0;
         for (int64_t i = 0; i < n; ++i) {
           std::vector<double> column;
@@ -287,12 +280,12 @@ void ConformanceTest::Check(const Case& c) {
           expected.push_back(Reduce(c, column));
         }
         break;
-      case v1::OP_KIND_SCATTER:
+      case OpKind::kScatter:
         offset = c.in_place ? q * n : 0;
         for (int64_t i = 0; i < n; ++i)
           expected.push_back(inputs[c.root][q * n + i]);
         break;
-      case v1::OP_KIND_ALL_TO_ALL:
+      case OpKind::kAllToAll:
         for (int r = 0; r < w; ++r) {
           for (int64_t i = 0; i < n; ++i)
             expected.push_back(inputs[r][q * n + i]);
@@ -332,8 +325,8 @@ TEST_P(ConformanceTest, ReductionsEveryOpAndDtype) {
                                          ReduceOp::kMin, ReduceOp::kMax,
                                          ReduceOp::kAvg, ReduceOp::kPremulSum};
   int variant = 0;
-  for (v1::OpKind kind : {v1::OP_KIND_ALL_REDUCE, v1::OP_KIND_REDUCE,
-                          v1::OP_KIND_REDUCE_SCATTER}) {
+  for (OpKind kind :
+       {OpKind::kAllReduce, OpKind::kReduce, OpKind::kReduceScatter}) {
     for (ReduceOp reduce : reduces) {
       for (DType dtype : dtypes) {
         // Refused on every backend (the in-process suite checks that).
@@ -358,13 +351,12 @@ TEST_P(ConformanceTest, DataMovementEveryOpAndDtype) {
                                      DType::kBFloat16, DType::kInt64,
                                      DType::kUInt8,    DType::kFp8E4M3};
   int variant = 0;
-  for (v1::OpKind kind :
-       {v1::OP_KIND_BROADCAST, v1::OP_KIND_ALL_GATHER, v1::OP_KIND_GATHER,
-        v1::OP_KIND_SCATTER, v1::OP_KIND_ALL_TO_ALL}) {
+  for (OpKind kind : {OpKind::kBroadcast, OpKind::kAllGather, OpKind::kGather,
+                      OpKind::kScatter, OpKind::kAllToAll}) {
     for (DType dtype : dtypes) {
       for (int64_t n : {1, 7, 65537}) {
         for (bool in_place : {false, true}) {
-          if (in_place && kind == v1::OP_KIND_ALL_TO_ALL) continue;
+          if (in_place && kind == OpKind::kAllToAll) continue;
           ++variant;
           if (n == 65537 && dtype != DType::kFloat32) continue;
           Case c{kind,     ReduceOp::kSum,   dtype,           n,
@@ -387,29 +379,23 @@ TEST_P(ConformanceTest, LargestSizeEveryElementThroughSummaries) {
   const int64_t n = int64_t{16} << 20;  // 64 MiB of float32
 #endif
   const double expected = world_ * (world_ + 1) / 2.0;
-  for (int r = 0; r < world_; ++r) {
-    v1::AllocTensorRequest request;
-    request.mutable_spec()->set_name("huge");
-    request.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
-    request.mutable_spec()->add_shape(n);
-    *request.mutable_spec()->mutable_device() = WorkerDevice(r);
-    request.mutable_fill()->set_kind(v1::FILL_KIND_RANK_PLUS_ONE);
-    auto info = client_->Alloc(r, request);
-    ASSERT_TRUE(info.ok()) << "rank " << r << ": " << info.status();
+  for (const auto& r : client_->Alloc(
+           client_->AllRanks(), TensorSpec{"huge", DType::kFloat32, {n}},
+           client::Fill{client::FillKind::kRankPlusOne})) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
   }
-  v1::OpRequest op;
-  op.set_kind(v1::OP_KIND_ALL_REDUCE);
-  op.set_reduce_op(v1::REDUCE_OP_SUM);
-  op.set_input("huge");
+  Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = "huge";
   RunEverywhere(op, false);
   for (int r = 0; r < world_; ++r) {
     auto summary = client_->Summarize(r, "huge", 4);
     ASSERT_TRUE(summary.ok()) << "rank " << r << ": " << summary.status();
-    EXPECT_EQ(summary->min(), expected) << "rank " << r;
-    EXPECT_EQ(summary->max(), expected) << "rank " << r;
-    EXPECT_EQ(summary->nan_count(), 0) << "rank " << r;
-    EXPECT_EQ(summary->sum(), expected * static_cast<double>(n))
-        << "rank " << r;
+    EXPECT_EQ(summary->min, expected) << "rank " << r;
+    EXPECT_EQ(summary->max, expected) << "rank " << r;
+    EXPECT_EQ(summary->nan_count, 0) << "rank " << r;
+    EXPECT_EQ(summary->sum, expected * static_cast<double>(n)) << "rank " << r;
   }
   FreeAll({"huge"});
 }
@@ -417,32 +403,31 @@ TEST_P(ConformanceTest, LargestSizeEveryElementThroughSummaries) {
 TEST_P(ConformanceTest, LargeAllReduceAndBroadcast) {
   // 64 MiB of float32 per rank.
   const int64_t n = 16 << 20;
-  Check(
-      Case{v1::OP_KIND_ALL_REDUCE, ReduceOp::kSum, DType::kFloat32, n, false});
-  Check(Case{v1::OP_KIND_BROADCAST, ReduceOp::kSum, DType::kFloat32, n, true,
-             true, world_ - 1});
+  Check(Case{OpKind::kAllReduce, ReduceOp::kSum, DType::kFloat32, n, false});
+  Check(Case{OpKind::kBroadcast, ReduceOp::kSum, DType::kFloat32, n, true, true,
+             world_ - 1});
 }
 
 TEST_P(ConformanceTest, SendRecvBothDirectionsAndRing) {
   const std::string t = "p2p.t";
   for (int r = 0; r < world_; ++r) Alloc(r, t, DType::kFloat32, 3);
   auto send = [&](int from, int to, bool async) {
-    v1::OpRequest s, rv;
-    s.set_kind(v1::OP_KIND_SEND);
-    s.set_input(t);
-    s.set_peer(to);
-    s.set_async(async);
-    rv.set_kind(v1::OP_KIND_RECV);
-    rv.set_input(t);
-    rv.set_peer(from);
-    rv.set_async(async);
+    Op s, rv;
+    s.kind = OpKind::kSend;
+    s.input = t;
+    s.peer = to;
+    s.async = async;
+    rv.kind = OpKind::kRecv;
+    rv.input = t;
+    rv.peer = from;
+    rv.async = async;
     auto results = client_->PointToPoint({{from, s}, {to, rv}});
     for (const auto& r : results) {
       ASSERT_TRUE(r.result.ok())
           << "rank " << r.rank << ": " << r.result.status();
       if (async && (r.rank == from || r.rank == to)) {
-        auto waited = client_->Wait(r.rank, r.result->work_id(),
-                                    std::chrono::seconds(30));
+        auto waited =
+            client_->Wait(r.rank, r.result->work_id, std::chrono::seconds(30));
         ASSERT_TRUE(waited.ok()) << waited.status();
       }
     }
@@ -466,21 +451,21 @@ TEST_P(ConformanceTest, SendRecvBothDirectionsAndRing) {
 }
 
 TEST_P(ConformanceTest, BarrierAndValidationErrors) {
-  v1::OpRequest barrier;
-  barrier.set_kind(v1::OP_KIND_BARRIER);
+  Op barrier;
+  barrier.kind = OpKind::kBarrier;
   RunEverywhere(barrier, false);
 
   // A missing tensor and a bad root are refused before launch, on every rank.
-  v1::OpRequest bad;
-  bad.set_kind(v1::OP_KIND_ALL_REDUCE);
-  bad.set_input("no.such.tensor");
+  Op bad;
+  bad.kind = OpKind::kAllReduce;
+  bad.input = "no.such.tensor";
   for (const auto& r : client_->Collective(bad)) {
     EXPECT_EQ(r.result.status().code(), absl::StatusCode::kNotFound) << r.rank;
   }
   for (int r = 0; r < world_; ++r) Alloc(r, "v.t", DType::kFloat32, 4);
-  bad.set_kind(v1::OP_KIND_BROADCAST);
-  bad.set_input("v.t");
-  bad.set_root(world_);
+  bad.kind = OpKind::kBroadcast;
+  bad.input = "v.t";
+  bad.root = world_;
   for (const auto& r : client_->Collective(bad)) {
     EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument)
         << r.rank;
@@ -498,14 +483,9 @@ TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
     const std::string in = absl::StrCat("cc.in.", id),
                       out = absl::StrCat("cc.out.", id);
     for (int r = 0; r < world_; ++r) {
-      v1::AllocTensorRequest request;
-      request.mutable_spec()->set_name(in);
-      request.mutable_spec()->set_dtype(v1::DTYPE_INT64);
-      request.mutable_spec()->add_shape(2);
-      *request.mutable_spec()->mutable_device() = WorkerDevice(r);
-      ASSERT_TRUE((*client)->Alloc(r, request).ok());
-      request.mutable_spec()->set_name(out);
-      ASSERT_TRUE((*client)->Alloc(r, request).ok());
+      ASSERT_TRUE((*client)->Alloc(r, TensorSpec{in, DType::kInt64, {2}}).ok());
+      ASSERT_TRUE(
+          (*client)->Alloc(r, TensorSpec{out, DType::kInt64, {2}}).ok());
     }
     for (int k = 0; k < kIterations; ++k) {
       for (int r = 0; r < world_; ++r) {
@@ -515,11 +495,10 @@ TEST_P(ConformanceTest, ConcurrentClientsNeverDeadlock) {
                         Encode(DType::kInt64, {double(k + r), double(id)}))
                 .ok());
       }
-      v1::OpRequest op;
-      op.set_kind(v1::OP_KIND_ALL_REDUCE);
-      op.set_reduce_op(v1::REDUCE_OP_SUM);
-      op.set_input(in);
-      op.set_output(out);
+      Op op;
+      op.kind = OpKind::kAllReduce;
+      op.input = in;
+      op.output = out;
       for (const auto& r : (*client)->Collective(op)) {
         ASSERT_TRUE(r.result.ok()) << r.result.status();
       }

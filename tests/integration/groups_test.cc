@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/client_wire.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
 
@@ -33,6 +34,11 @@ namespace ccl {
 namespace {
 
 namespace fs = std::filesystem;
+using client::ClusterClient;
+using client::FillKind;
+using client::Op;
+using client::OpResult;
+using client::RankResults;
 using std::chrono::seconds;
 
 constexpr int kWorkers = 4;
@@ -91,20 +97,13 @@ class GroupsTest : public ::testing::Test {
   }
 
   // Float32 `name` of `numel` elements holding rank+1 on every world rank.
-  static void AllocEverywhere(ClusterClient& client, const std::string& name,
+  static void AllocEverywhere(ClusterClient& on, const std::string& name,
                               int64_t numel,
-                              v1::FillKind fill = v1::FILL_KIND_RANK_PLUS_ONE) {
-    for (int rank = 0; rank < kWorkers; ++rank) {
-      auto info = client.Info(rank);
-      ASSERT_TRUE(info.ok()) << info.status();
-      v1::AllocTensorRequest request;
-      request.mutable_spec()->set_name(name);
-      request.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
-      request.mutable_spec()->add_shape(numel);
-      *request.mutable_spec()->mutable_device() = info->device();
-      request.mutable_fill()->set_kind(fill);
-      auto made = client.Alloc(rank, request);
-      ASSERT_TRUE(made.ok()) << made.status();
+                              FillKind fill = FillKind::kRankPlusOne) {
+    for (const auto& made : on.Alloc(
+             on.AllRanks(), client::TensorSpec{name, DType::kFloat32, {numel}},
+             client::Fill{fill})) {
+      ASSERT_TRUE(made.result.ok()) << made.result.status();
     }
   }
 
@@ -112,11 +111,11 @@ class GroupsTest : public ::testing::Test {
                       const std::string& name) {
     auto summary = client.Summarize(rank, name, 1);
     EXPECT_TRUE(summary.ok()) << summary.status();
-    return summary.ok() && summary->head_size() > 0 ? summary->head(0) : -1;
+    return summary.ok() && !summary->head.empty() ? summary->head[0] : -1;
   }
 
   template <typename T>
-  static void ExpectAllOk(const std::vector<RankResult<T>>& results,
+  static void ExpectAllOk(const RankResults<T>& results,
                           std::vector<int> ranks) {
     std::vector<int> got;
     for (const auto& r : results) {
@@ -139,9 +138,9 @@ TEST_F(GroupsTest, AllReduceOnEvenTouchesOnlyItsMembers) {
   AllocEverywhere(*world, "ar", 4);
   auto even = Client("even");
   EXPECT_EQ(even->GroupRanks(), (std::vector<int>{0, 2}));
-  v1::OpRequest op;
-  op.set_kind(v1::OP_KIND_ALL_REDUCE);
-  op.set_input("ar");
+  Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = "ar";
   ExpectAllOk(even->Collective(op), {0, 2});
   EXPECT_EQ(First(*world, 0, "ar"), 4.0);  // 1 + 3
   EXPECT_EQ(First(*world, 2, "ar"), 4.0);
@@ -159,17 +158,17 @@ TEST_F(GroupsTest, BroadcastOnOddFromWorldRankThree) {
   auto world = Client("world");
   AllocEverywhere(*world, "bc", 3);
   auto odd = Client("odd");
-  v1::OpRequest op;
-  op.set_kind(v1::OP_KIND_BROADCAST);
-  op.set_input("bc");
-  op.set_root(3);  // a world rank; group rank 1
+  Op op;
+  op.kind = OpKind::kBroadcast;
+  op.input = "bc";
+  op.root = 3;  // a world rank; group rank 1
   ExpectAllOk(odd->Collective(op), {1, 3});
   EXPECT_EQ(First(*world, 1, "bc"), 4.0);
   EXPECT_EQ(First(*world, 3, "bc"), 4.0);
   EXPECT_EQ(First(*world, 0, "bc"), 1.0);
   EXPECT_EQ(First(*world, 2, "bc"), 3.0);
   // A root outside the group is refused before any seq is taken.
-  op.set_root(0);
+  op.root = 0;
   for (const auto& r : odd->Collective(op)) {
     EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument)
         << r.result.status();
@@ -180,20 +179,20 @@ TEST_F(GroupsTest, SendRecvInsideAGroup) {
   auto world = Client("world");
   AllocEverywhere(*world, "p2p", 2);
   auto even = Client("even");
-  v1::OpRequest send;
-  send.set_kind(v1::OP_KIND_SEND);
-  send.set_input("p2p");
-  send.set_peer(0);  // world ranks
-  v1::OpRequest recv;
-  recv.set_kind(v1::OP_KIND_RECV);
-  recv.set_input("p2p");
-  recv.set_peer(2);
+  Op send;
+  send.kind = OpKind::kSend;
+  send.input = "p2p";
+  send.peer = 0;  // world ranks
+  Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.input = "p2p";
+  recv.peer = 2;
   ExpectAllOk(even->PointToPoint({{2, send}, {0, recv}}), {0, 2});
   EXPECT_EQ(First(*world, 0, "p2p"), 3.0);
   EXPECT_EQ(First(*world, 2, "p2p"), 3.0);
   EXPECT_EQ(First(*world, 1, "p2p"), 2.0);
   // A peer outside the group is refused.
-  recv.set_peer(1);
+  recv.peer = 1;
   for (const auto& r : even->PointToPoint({{0, recv}})) {
     EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument);
   }
@@ -201,21 +200,21 @@ TEST_F(GroupsTest, SendRecvInsideAGroup) {
 
 TEST_F(GroupsTest, InterleavedClientsOnTwoGroupsThenTheWorld) {
   auto world = Client("world");
-  AllocEverywhere(*world, "il", 8, v1::FILL_KIND_ONES);
+  AllocEverywhere(*world, "il", 8, FillKind::kOnes);
   constexpr int kOps = 10;
   auto run = [&](const std::string& group) {
     auto client = Client(group);
     ASSERT_NE(client, nullptr);
-    v1::OpRequest op;
-    op.set_kind(v1::OP_KIND_ALL_REDUCE);
-    op.set_input("il");
-    op.set_async(true);
-    std::vector<std::vector<RankResult<v1::OpResponse>>> all;
+    Op op;
+    op.kind = OpKind::kAllReduce;
+    op.input = "il";
+    op.async = true;
+    std::vector<RankResults<OpResult>> all;
     for (int i = 0; i < kOps; ++i) all.push_back(client->Collective(op));
     for (const auto& results : all) {
       for (const auto& r : results) {
         ASSERT_TRUE(r.result.ok()) << group << ": " << r.result.status();
-        auto waited = client->Wait(r.rank, r.result->work_id(), seconds(30));
+        auto waited = client->Wait(r.rank, r.result->work_id, seconds(30));
         EXPECT_TRUE(waited.ok()) << group << ": " << waited.status();
       }
     }
@@ -228,9 +227,9 @@ TEST_F(GroupsTest, InterleavedClientsOnTwoGroupsThenTheWorld) {
     EXPECT_EQ(First(*world, rank, "il"), 1024.0) << "rank " << rank;  // 2^10
   }
   // The world still runs, across both groups' members.
-  v1::OpRequest op;
-  op.set_kind(v1::OP_KIND_ALL_REDUCE);
-  op.set_input("il");
+  Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = "il";
   ExpectAllOk(world->Collective(op), {0, 1, 2, 3});
   EXPECT_EQ(First(*world, 3, "il"), 4096.0);
 }
@@ -262,8 +261,8 @@ TEST_F(GroupsTest, BadRequestsFailWithTheRightCodesAndLeaveNoGap) {
   // Refused creations still took their world seqs: the next world op runs
   // at once instead of waiting out the gap timeout (8 s).
   const auto start = std::chrono::steady_clock::now();
-  v1::OpRequest barrier;
-  barrier.set_kind(v1::OP_KIND_BARRIER);
+  Op barrier;
+  barrier.kind = OpKind::kBarrier;
   ExpectAllOk(world->Collective(barrier), {0, 1, 2, 3});
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(5));
 
@@ -278,8 +277,9 @@ TEST_F(GroupsTest, BadRequestsFailWithTheRightCodesAndLeaveNoGap) {
   op.set_seq(1000);
   grpc::ClientContext context;
   v1::OpResponse response;
-  const grpc::Status status =
-      (*client)->Worker(1).Submit(&context, op, &response);
+  auto stub = testing::ClientWire(**client).Worker(1);
+  ASSERT_TRUE(stub.ok()) << stub.status();
+  const grpc::Status status = (*stub)->Submit(&context, op, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << status.error_message();
 }
@@ -289,16 +289,15 @@ TEST_F(GroupsTest, WorkersReportTheirGroups) {
   for (int rank = 0; rank < kWorkers; ++rank) {
     auto info = world->Info(rank);
     ASSERT_TRUE(info.ok()) << info.status();
-    std::map<std::string, v1::GroupInfo> groups;
-    for (const auto& g : info->groups()) groups[g.name()] = g;
+    std::map<std::string, client::GroupInfo> groups;
+    for (const auto& g : info->groups) groups[g.name] = g;
     ASSERT_TRUE(groups.count("world") && groups.count("even") &&
                 groups.count("odd"));
-    const v1::GroupInfo& even = groups["even"];
-    EXPECT_EQ(std::vector<int>(even.ranks().begin(), even.ranks().end()),
-              (std::vector<int>{0, 2}));
-    EXPECT_EQ(even.group_rank(), rank % 2 == 0 ? rank / 2 : -1);
-    EXPECT_EQ(groups["odd"].group_rank(), rank % 2 == 1 ? rank / 2 : -1);
-    EXPECT_EQ(even.state(), rank % 2 == 0 ? "ready" : "not a member");
+    const client::GroupInfo& even = groups["even"];
+    EXPECT_EQ(even.ranks, (std::vector<int>{0, 2}));
+    EXPECT_EQ(even.group_rank, rank % 2 == 0 ? rank / 2 : -1);
+    EXPECT_EQ(groups["odd"].group_rank, rank % 2 == 1 ? rank / 2 : -1);
+    EXPECT_EQ(even.state, rank % 2 == 0 ? "ready" : "not a member");
   }
 }
 

@@ -28,7 +28,15 @@ constexpr char kFullToken[] = "full-0123456789abcdef";
 constexpr char kReadToken[] = "read-0123456789abcdef";
 constexpr char kJoinToken[] = "join-0123456789abcdef";
 
-v1::OpRequest AllReduce(const std::string& name) {
+client::Op AllReduce(const std::string& name) {
+  client::Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = name;
+  return op;
+}
+
+// The same op as a hand-made request, for stubs dialled with a bad token.
+v1::OpRequest WireAllReduce(const std::string& name) {
   v1::OpRequest op;
   op.set_kind(v1::OP_KIND_ALL_REDUCE);
   op.set_input(name);
@@ -44,13 +52,9 @@ void ExpectHonestClientWorks(const LocalCluster& cluster) {
   const std::string name = "honest";
   for (int rank : (*client)->AllRanks()) {
     (void)(*client)->Free(rank, name);
-    v1::AllocTensorRequest alloc;
-    alloc.mutable_spec()->set_name(name);
-    alloc.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
-    alloc.mutable_spec()->add_shape(4);
-    alloc.mutable_spec()->mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
-    alloc.mutable_fill()->set_kind(v1::FILL_KIND_ONES);
-    auto info = (*client)->Alloc(rank, alloc);
+    auto info = (*client)->Alloc(
+        rank, client::TensorSpec{name, DType::kFloat32, {4}, Device{}},
+        client::Fill{client::FillKind::kOnes});
     ASSERT_TRUE(info.ok()) << info.status();
   }
   for (const auto& r : (*client)->Collective(AllReduce(name))) {
@@ -144,8 +148,8 @@ class TlsClusterTest : public ::testing::Test {
     auto client = cluster_->Client();
     EXPECT_TRUE(client.ok()) << client.status();
     std::string address;
-    for (const auto& member : (*client)->world().members()) {
-      if (member.rank() == 0) address = member.address();
+    for (const auto& member : (*client)->world().members) {
+      if (member.rank == 0) address = member.address;
     }
     auto channel = MakeChannel(address, security);
     EXPECT_TRUE(channel.ok()) << channel.status();
@@ -223,7 +227,7 @@ TEST_F(TlsClusterTest, WrongTokenIsUnauthenticated) {
             absl::StatusCode::kUnauthenticated);
   auto stub = WorkerStub(WithToken("not-a-token"));
   v1::OpResponse response;
-  EXPECT_EQ(stub->Submit(Context().get(), AllReduce("honest"), &response)
+  EXPECT_EQ(stub->Submit(Context().get(), WireAllReduce("honest"), &response)
                 .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 }
@@ -240,7 +244,7 @@ TEST_F(TlsClusterTest, ReadOnlyTokenReadsButMayNotRunCollectives) {
 
   v1::OpResponse response;
   grpc::Status submitted =
-      stub->Submit(Context().get(), AllReduce("honest"), &response);
+      stub->Submit(Context().get(), WireAllReduce("honest"), &response);
   EXPECT_EQ(submitted.error_code(), grpc::StatusCode::PERMISSION_DENIED)
       << submitted.error_message();
   v1::AllocTensorRequest alloc;
@@ -285,7 +289,7 @@ TEST_F(TlsClusterTest, RegisterNeedsTheJoinToken) {
   // The join token takes a worker in, yet drives nothing on the workers.
   auto stub = WorkerStub(WithToken(kJoinToken));
   v1::OpResponse response;
-  EXPECT_EQ(stub->Submit(Context().get(), AllReduce("honest"), &response)
+  EXPECT_EQ(stub->Submit(Context().get(), WireAllReduce("honest"), &response)
                 .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 }
@@ -317,27 +321,23 @@ TEST_F(TlsClusterTest, ServerNameMustMatchTheCertificate) {
 TEST_F(TlsClusterTest, RequestsOverALimitAreRefusedByName) {
   auto client = cluster_->Client();
   ASSERT_TRUE(client.ok()) << client.status();
-  v1::AllocTensorRequest alloc;
-  alloc.mutable_spec()->set_name("deep");
-  alloc.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
-  for (int i = 0; i < 9; ++i) alloc.mutable_spec()->add_shape(1);
-  auto deep = (*client)->Alloc(0, alloc);
+  client::TensorSpec spec{"deep", DType::kFloat32, std::vector<int64_t>(9, 1)};
+  auto deep = (*client)->Alloc(0, spec);
   EXPECT_EQ(deep.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(deep.status().message().find("--max-shape-rank"),
             absl::string_view::npos)
       << deep.status();
 
-  alloc.mutable_spec()->clear_shape();
-  alloc.mutable_spec()->add_shape(int64_t{1} << 40);
-  auto huge = (*client)->Alloc(0, alloc);
+  spec.shape = {int64_t{1} << 40};
+  auto huge = (*client)->Alloc(0, spec);
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(huge.status().message().find("--max-tensor-elements"),
             absl::string_view::npos)
       << huge.status();
 
-  alloc.mutable_spec()->set_name(std::string(300, 'n'));
-  alloc.mutable_spec()->set_shape(0, 1);
-  auto named = (*client)->Alloc(0, alloc);
+  spec.name = std::string(300, 'n');
+  spec.shape = {1};
+  auto named = (*client)->Alloc(0, spec);
   EXPECT_EQ(named.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(named.status().message().find("--max-name-length"),
             absl::string_view::npos)

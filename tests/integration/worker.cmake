@@ -1,6 +1,10 @@
 # Integration tests of the worker and ccctl: real processes on 127.0.0.1.
-add_library(ccl_local_cluster STATIC ${CMAKE_CURRENT_LIST_DIR}/../testing/local_cluster.cc)
-target_link_libraries(ccl_local_cluster PUBLIC ccl_testing ccl_client)
+add_library(ccl_local_cluster STATIC ${CMAKE_CURRENT_LIST_DIR}/../testing/local_cluster.cc
+  ${CMAKE_CURRENT_LIST_DIR}/../testing/client_wire.cc)
+# client_wire reaches the client's internals (stubs, the coordinator), so
+# the tests that use it see gRPC and the protos; the library's users do not.
+target_link_libraries(ccl_local_cluster PUBLIC ccl_testing ccl_client
+  ccl_coordinator_client ccl_common_grpc ccl_credentials)
 ccl_target_defaults(ccl_local_cluster)
 
 add_executable(conformance_gloo_test ${CMAKE_CURRENT_LIST_DIR}/conformance_test.cc)
@@ -63,3 +67,10 @@ if(CCL_HAVE_CUDA)
   add_test(NAME failure_nccl_test COMMAND failure_nccl_test)
   set_tests_properties(failure_nccl_test PROPERTIES LABELS gpu TIMEOUT 900)
 endif()
+
+# The client library's plans and reserved sequence numbers, end to end.
+add_executable(client_integration_test ${CMAKE_CURRENT_LIST_DIR}/client_test.cc)
+target_link_libraries(client_integration_test PRIVATE ccl_local_cluster GTest::gtest_main)
+ccl_target_defaults(client_integration_test)
+add_test(NAME client_integration_test COMMAND client_integration_test)
+set_tests_properties(client_integration_test PROPERTIES LABELS integration TIMEOUT 300)

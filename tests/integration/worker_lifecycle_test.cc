@@ -19,18 +19,13 @@
 namespace ccl {
 namespace {
 
+using client::FillKind;
+using client::Op;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-v1::AllocTensorRequest Float32(const std::string& name, int64_t numel,
-                               v1::FillKind fill = v1::FILL_KIND_ZEROS) {
-  v1::AllocTensorRequest request;
-  request.mutable_spec()->set_name(name);
-  request.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
-  request.mutable_spec()->add_shape(numel);
-  request.mutable_spec()->mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
-  request.mutable_fill()->set_kind(fill);
-  return request;
+client::TensorSpec Float32(const std::string& name, int64_t numel) {
+  return client::TensorSpec{name, DType::kFloat32, {numel}, Device{}};
 }
 
 std::unique_ptr<testing::LocalCluster> StartCluster(
@@ -49,7 +44,7 @@ TEST(WorkerLifecycleTest, QuotaIsResourceExhaustedAndNothingIsLost) {
   auto client = cluster->Client();
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE(
-      (*client)->Alloc(0, Float32("keep", 1024, v1::FILL_KIND_ONES)).ok());
+      (*client)->Alloc(0, Float32("keep", 1024), {FillKind::kOnes}).ok());
   auto over = (*client)->Alloc(0, Float32("big", 1 << 20));
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(over.status().message().find("quota"), std::string::npos)
@@ -57,13 +52,13 @@ TEST(WorkerLifecycleTest, QuotaIsResourceExhaustedAndNothingIsLost) {
   // Still healthy, the other tensor intact, and smaller allocations work.
   auto summary = (*client)->Summarize(0, "keep", 4);
   ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_EQ(summary->sum(), 1024.0);
+  EXPECT_EQ(summary->sum, 1024.0);
   EXPECT_TRUE((*client)->Alloc(0, Float32("small", 1024)).ok());
   auto list = (*client)->List(0);
   ASSERT_TRUE(list.ok());
-  EXPECT_EQ(list->tensors_size(), 2);
-  EXPECT_EQ(list->bytes_in_use(), 8192);
-  EXPECT_EQ(list->quota_bytes(), 1048576);
+  EXPECT_EQ(list->tensors.size(), 2u);
+  EXPECT_EQ(list->bytes_in_use, 8192);
+  EXPECT_EQ(list->quota_bytes, 1048576);
 }
 
 TEST(WorkerLifecycleTest, TensorsLargerThanAnyMessageStreamInChunks) {
@@ -101,11 +96,11 @@ TEST(WorkerLifecycleTest, UnmatchedRecvFailsInBoundedTimeAndTheWorkerServes) {
   for (int r = 0; r < 2; ++r)
     ASSERT_TRUE((*client)->Alloc(r, Float32("t", 3)).ok());
   // The tutorial's trap: rank 1 receives from a rank 0 that never sends.
-  v1::OpRequest recv;
-  recv.set_kind(v1::OP_KIND_RECV);
-  recv.set_input("t");
-  recv.set_peer(0);
-  recv.set_timeout_ms(1500);
+  Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.input = "t";
+  recv.peer = 0;
+  recv.timeout = milliseconds(1500);
   const auto start = std::chrono::steady_clock::now();
   auto results = (*client)->PointToPoint({{1, recv}});
   const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -120,7 +115,7 @@ TEST(WorkerLifecycleTest, UnmatchedRecvFailsInBoundedTimeAndTheWorkerServes) {
   // The worker is up, its tensors intact, and it answers.
   auto info = (*client)->Info(1);
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->tensor_count(), 1);
+  EXPECT_EQ(info->tensor_count, 1);
   EXPECT_TRUE((*client)->Summarize(1, "t", 3).ok());
 }
 
@@ -131,11 +126,11 @@ TEST(WorkerLifecycleTest, ShapeMismatchAcrossRanksIsInvalidArgumentNotACrash) {
   ASSERT_NE(cluster, nullptr);
   auto client = cluster->Client(seconds(10));
   ASSERT_TRUE(client.ok());
-  ASSERT_TRUE((*client)->Alloc(0, Float32("x", 4, v1::FILL_KIND_ONES)).ok());
-  ASSERT_TRUE((*client)->Alloc(1, Float32("x", 8, v1::FILL_KIND_ONES)).ok());
-  v1::OpRequest op;
-  op.set_kind(v1::OP_KIND_ALL_REDUCE);
-  op.set_input("x");
+  ASSERT_TRUE((*client)->Alloc(0, Float32("x", 4), {FillKind::kOnes}).ok());
+  ASSERT_TRUE((*client)->Alloc(1, Float32("x", 8), {FillKind::kOnes}).ok());
+  Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = "x";
   for (const auto& r : (*client)->Collective(op)) {
     EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument)
         << r.rank << ": " << r.result.status();
@@ -146,9 +141,10 @@ TEST(WorkerLifecycleTest, ShapeMismatchAcrossRanksIsInvalidArgumentNotACrash) {
     EXPECT_TRUE(cluster->worker(r).running()) << "rank " << r << " died";
     auto summary = (*client)->Summarize(r, "x", 1);
     ASSERT_TRUE(summary.ok()) << summary.status();
-    EXPECT_EQ(summary->head(0), 1.0);  // untouched
+    ASSERT_FALSE(summary->head.empty());
+    EXPECT_EQ(summary->head[0], 1.0);  // untouched
   }
-  op.set_kind(v1::OP_KIND_BARRIER);
+  op.kind = OpKind::kBarrier;
   for (const auto& r : (*client)->Collective(op)) {
     EXPECT_TRUE(r.result.ok()) << r.rank << ": " << r.result.status();
   }
@@ -164,17 +160,17 @@ TEST(WorkerLifecycleTest, DebugOpsNamesTheMissingSend) {
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE((*client)->Alloc(r, Float32("t", 3)).ok());
   }
-  v1::OpRequest barrier;
-  barrier.set_kind(v1::OP_KIND_BARRIER);
+  Op barrier;
+  barrier.kind = OpKind::kBarrier;
   for (const auto& r : (*client)->Collective(barrier)) {
     ASSERT_TRUE(r.result.ok()) << r.result.status();
   }
-  v1::OpRequest recv;
-  recv.set_kind(v1::OP_KIND_RECV);
-  recv.set_input("t");
-  recv.set_peer(0);
-  recv.set_async(true);
-  recv.set_timeout_ms(20000);
+  Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.input = "t";
+  recv.peer = 0;
+  recv.async = true;
+  recv.timeout = milliseconds(20000);
   for (const auto& r : (*client)->PointToPoint({{1, recv}})) {
     ASSERT_TRUE(r.result.ok()) << r.result.status();
   }
@@ -204,37 +200,35 @@ TEST(WorkerLifecycleTest, AsyncWorkIdsTestWaitAndUnknownIds) {
   auto client = cluster->Client();
   ASSERT_TRUE(client.ok());
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE((*client)
-                    ->Alloc(r, Float32("a", 1000, v1::FILL_KIND_RANK_PLUS_ONE))
-                    .ok());
+    ASSERT_TRUE(
+        (*client)->Alloc(r, Float32("a", 1000), {FillKind::kRankPlusOne}).ok());
   }
-  v1::OpRequest op;
-  op.set_kind(v1::OP_KIND_ALL_REDUCE);
-  op.set_input("a");
-  op.set_async(true);
+  Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = "a";
+  op.async = true;
   auto results = (*client)->Collective(op);
   for (const auto& r : results) {
     ASSERT_TRUE(r.result.ok()) << r.result.status();
-    EXPECT_GT(r.result->work_id(), 0);
-    auto tested = (*client)->Test(r.rank, r.result->work_id());
+    EXPECT_GT(r.result->work_id, 0);
+    auto tested = (*client)->Test(r.rank, r.result->work_id);
     ASSERT_TRUE(tested.ok());
-    auto waited = (*client)->Wait(r.rank, r.result->work_id(), seconds(10));
+    auto waited = (*client)->Wait(r.rank, r.result->work_id, seconds(10));
     ASSERT_TRUE(waited.ok()) << waited.status();
-    EXPECT_EQ(waited->state(), v1::WORK_STATE_COMPLETED);
-    EXPECT_EQ(waited->kind(), v1::OP_KIND_ALL_REDUCE);
-    EXPECT_GT(waited->timing().total_us(), 0);
+    EXPECT_EQ(waited->state, client::WorkState::kCompleted);
+    EXPECT_EQ(waited->kind, OpKind::kAllReduce);
+    EXPECT_GT(waited->timing.total_us, 0);
     // A waited work is forgotten.
-    EXPECT_EQ((*client)
-                  ->Wait(r.rank, r.result->work_id(), seconds(1))
-                  .status()
-                  .code(),
-              absl::StatusCode::kNotFound);
+    EXPECT_EQ(
+        (*client)->Wait(r.rank, r.result->work_id, seconds(1)).status().code(),
+        absl::StatusCode::kNotFound);
   }
   EXPECT_EQ((*client)->Test(0, 987654).status().code(),
             absl::StatusCode::kNotFound);
   auto summary = (*client)->Summarize(0, "a", 1);
   ASSERT_TRUE(summary.ok());
-  EXPECT_EQ(summary->head(0), 3.0);
+  ASSERT_FALSE(summary->head.empty());
+  EXPECT_EQ(summary->head[0], 3.0);
 }
 
 TEST(WorkerLifecycleTest, SigtermDeregistersAndExitsZero) {
@@ -247,15 +241,15 @@ TEST(WorkerLifecycleTest, SigtermDeregistersAndExitsZero) {
   EXPECT_EQ(exit->code, 0) << exit->ToString();
   auto client = cluster->Client();
   ASSERT_TRUE(client.ok());
-  const v1::World& world = (*client)->world();
-  EXPECT_EQ(world.state(), v1::WORLD_STATE_DEGRADED);
+  const client::World& world = (*client)->world();
+  EXPECT_EQ(world.state, client::WorldState::kDegraded);
   bool listed = false;
-  for (const auto& member : world.members()) {
-    if (member.rank() != 1) continue;
+  for (const auto& member : world.members) {
+    if (member.rank != 1) continue;
     listed = true;
-    EXPECT_EQ(member.state(), v1::MEMBER_STATE_LEFT);
+    EXPECT_EQ(member.state, client::MemberState::kLeft);
   }
-  EXPECT_TRUE(listed) << world.DebugString();
+  EXPECT_TRUE(listed) << world.members.size() << " members";
   // The other worker is still up.
   EXPECT_TRUE((*client)->Info(0).ok());
 }

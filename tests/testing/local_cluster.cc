@@ -109,29 +109,32 @@ absl::StatusOr<int64_t> LocalCluster::WaitUntilReady(
   absl::Status last = absl::UnavailableError("not ready");
   while (std::chrono::steady_clock::now() < deadline) {
     auto client = Client(std::chrono::seconds(5));
-    if (client.ok() && (*client)->world().state() == v1::WORLD_STATE_COMPLETE &&
-        (*client)->world().generation() >= min_generation) {
-      const int64_t generation = (*client)->world().generation();
+    if (client.ok() &&
+        (*client)->world().state == client::WorldState::kComplete &&
+        (*client)->world().generation >= min_generation) {
+      const int64_t generation = (*client)->world().generation;
       bool ready = true;
-      for (int rank : (*client)->AllRanks()) {
-        auto info = (*client)->Info(rank);
-        if (!info.ok() || info->state() != "ready" ||
-            info->generation() != generation) {
+      for (const auto& info : (*client)->Info((*client)->AllRanks())) {
+        if (!info.result.ok() || info.result->state != "ready" ||
+            info.result->generation != generation) {
           ready = false;
-          last =
-              info.ok()
-                  ? absl::UnavailableError(absl::StrCat(
-                        "rank ", rank, " is ", info->state(), " in generation ",
-                        info->generation(), "; the world is in ", generation))
-                  : info.status();
+          last = info.result.ok()
+                     ? absl::UnavailableError(absl::StrCat(
+                           "rank ", info.rank, " is ", info.result->state,
+                           " in generation ", info.result->generation,
+                           "; the world is in ", generation))
+                     : info.result.status();
         }
       }
       if (ready) return generation;
     } else if (!client.ok()) {
       last = client.status();
     } else {
-      last = absl::UnavailableError(
-          absl::StrCat("world ", (*client)->world().ShortDebugString()));
+      const client::World& world = (*client)->world();
+      last = absl::UnavailableError(absl::StrCat(
+          "world of generation ", world.generation, " is ",
+          client::WorldStateName(world.state), " with ", world.members.size(),
+          " of ", world.world_size, " members"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -139,13 +142,13 @@ absl::StatusOr<int64_t> LocalCluster::WaitUntilReady(
       absl::StrCat("local cluster not ready: ", last.ToString()));
 }
 
-absl::StatusOr<std::unique_ptr<ClusterClient>> LocalCluster::Client(
+absl::StatusOr<std::unique_ptr<client::ClusterClient>> LocalCluster::Client(
     std::chrono::milliseconds timeout) const {
-  ClientOptions options;
+  client::ClientOptions options;
   options.coordinator = coordinator_address_;
   options.timeout = timeout;
   options.security = client_security_;
-  return ClusterClient::Connect(options);
+  return client::ClusterClient::Connect(options);
 }
 
 void LocalCluster::DumpLogsOnFailure() const {

@@ -48,7 +48,7 @@ class LocalCluster {
                                          int64_t min_generation = 0);
 
   // A client of this cluster (a new one each call, as separate users are).
-  absl::StatusOr<std::unique_ptr<ClusterClient>> Client(
+  absl::StatusOr<std::unique_ptr<client::ClusterClient>> Client(
       std::chrono::milliseconds timeout = std::chrono::seconds(30)) const;
 
   // Prints every process's log if the current test failed.

@@ -7,23 +7,25 @@
 namespace ccl::ctl {
 namespace {
 
+using client::OpLog;
+using client::OpRecord;
+using client::WorkState;
 using Json = nlohmann::ordered_json;
 
-v1::OpRecord Record(int64_t seq, v1::OpKind kind, int64_t enqueued_us,
-                    double queue_us, double total_us,
-                    v1::WorkState state = v1::WORK_STATE_COMPLETED) {
-  v1::OpRecord r;
-  r.set_seq(seq);
-  r.set_generation(3);
-  r.set_kind(kind);
-  r.set_dtype(v1::DTYPE_FLOAT32);
-  r.set_reduce_op(v1::REDUCE_OP_SUM);
-  r.set_count(4);
-  r.set_state(state);
-  r.mutable_timing()->set_enqueued_unix_us(enqueued_us);
-  r.mutable_timing()->set_queue_us(queue_us);
-  r.mutable_timing()->set_total_us(total_us);
-  r.mutable_timing()->set_device_us(total_us - queue_us);
+OpRecord Record(int64_t seq, OpKind kind, int64_t enqueued_us, double queue_us,
+                double total_us, WorkState state = WorkState::kCompleted) {
+  OpRecord r;
+  r.seq = seq;
+  r.generation = 3;
+  r.kind = kind;
+  r.dtype = DType::kFloat32;
+  r.reduce = ReduceOp::kSum;
+  r.count = 4;
+  r.state = state;
+  r.timing.enqueued_unix_us = enqueued_us;
+  r.timing.queue_us = queue_us;
+  r.timing.total_us = total_us;
+  r.timing.device_us = total_us - queue_us;
   return r;
 }
 
@@ -41,26 +43,24 @@ class TraceTest : public ::testing::Test {
     // Rank 0 starts the all_reduce at t=1000, rank 1 at t=1500 (it kept
     // rank 0 waiting); then 0 sends to 1; then 1 posts a lone recv that
     // times out while 0 takes the seq with a nop.
-    v1::OpLog log0, log1;
-    *log0.add_records() = Record(0, v1::OP_KIND_ALL_REDUCE, 1000, 10, 700);
-    *log1.add_records() = Record(0, v1::OP_KIND_ALL_REDUCE, 1500, 10, 200);
-    auto send = Record(1, v1::OP_KIND_SEND, 2000, 0, 100);
-    send.set_peer(1);
-    *log0.add_records() = send;
-    auto recv = Record(1, v1::OP_KIND_RECV, 2010, 0, 90);
-    recv.set_peer(0);
-    *log1.add_records() = recv;
-    *log0.add_records() = Record(2, v1::OP_KIND_NOP, 3000, 0, 1);
-    auto lone =
-        Record(2, v1::OP_KIND_RECV, 3000, 0, 5000, v1::WORK_STATE_FAILED);
-    lone.set_error_code(4);  // DEADLINE_EXCEEDED
-    lone.set_error_message("rank 0 posted no matching send");
-    *log1.add_records() = lone;
+    OpLog log0, log1;
+    log0.records.push_back(Record(0, OpKind::kAllReduce, 1000, 10, 700));
+    log1.records.push_back(Record(0, OpKind::kAllReduce, 1500, 10, 200));
+    auto send = Record(1, OpKind::kSend, 2000, 0, 100);
+    send.peer = 1;
+    log0.records.push_back(send);
+    auto recv = Record(1, OpKind::kRecv, 2010, 0, 90);
+    recv.peer = 0;
+    log1.records.push_back(recv);
+    log0.records.push_back(Record(2, OpKind::kNop, 3000, 0, 1));
+    auto lone = Record(2, OpKind::kRecv, 3000, 0, 5000, WorkState::kFailed);
+    lone.error = absl::DeadlineExceededError("rank 0 posted no matching send");
+    log1.records.push_back(lone);
     // Refused before it was queued: no time, nothing to draw.
-    *log1.add_records() =
-        Record(3, v1::OP_KIND_BARRIER, 0, 0, 0, v1::WORK_STATE_FAILED);
-    log0.set_now_unix_us(9000);
-    log1.set_now_unix_us(9000);
+    log1.records.push_back(
+        Record(3, OpKind::kBarrier, 0, 0, 0, WorkState::kFailed));
+    log0.now_unix_us = 9000;
+    log1.now_unix_us = 9000;
     logs_ = {{0, "world", log0}, {1, "world", log1}};
   }
 

@@ -1,0 +1,50 @@
+// Typed reads of an experiment's YAML nodes, each failure an
+// INVALID_ARGUMENT "FILE:line N: ..." that points at the node, so that a
+// person can fix the document without a cluster.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/ccctl/expression.h"
+
+namespace ccl::ctl {
+
+class YamlReader {
+ public:
+  explicit YamlReader(std::string file) : file_(std::move(file)) {}
+
+  const std::string& file() const { return file_; }
+
+  absl::Status Error(const YAML::Mark& mark, const std::string& what) const;
+  absl::Status Error(const YAML::Node& node, const std::string& what) const;
+
+  absl::StatusOr<std::string> Scalar(const YAML::Node& node,
+                                     const std::string& key) const;
+  absl::StatusOr<bool> Bool(const YAML::Node& node,
+                            const std::string& key) const;
+  // A number or expression; `allowed` names the identifiers it may use.
+  absl::StatusOr<Expression> Expr(const YAML::Node& node,
+                                  const std::string& key,
+                                  const std::set<std::string>& allowed) const;
+  // One expression, or a list of them.
+  absl::StatusOr<std::vector<Expression>> ExprList(
+      const YAML::Node& node, const std::string& key,
+      const std::set<std::string>& allowed) const;
+  // A constant non-negative integer.
+  absl::StatusOr<int64_t> Int(const YAML::Node& node,
+                              const std::string& key) const;
+  // `body` is a map whose keys are all in `keys`.
+  absl::Status CheckKeys(const YAML::Node& body, const std::string& kind,
+                         const std::set<std::string>& keys) const;
+
+ private:
+  std::string file_;
+};
+
+}  // namespace ccl::ctl

@@ -1,0 +1,230 @@
+// The client library against real processes: plans (consecutive ops in one
+// request per rank), and sequence numbers reserved ahead and given back so
+// that no other client's op waits on them. The workers' gap timeout is set
+// far beyond every op's own timeout, so an op that waited on a seq nobody
+// gave back fails with its own DEADLINE_EXCEEDED instead of passing late.
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+
+namespace ccl {
+namespace {
+
+using client::ClusterClient;
+using client::Op;
+using client::Plan;
+using client::PlanStep;
+using client::TensorSpec;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr int kWorkers = 2;
+// Long enough for any op on a busy machine; far shorter than the gap timeout.
+constexpr milliseconds kOpTimeout = seconds(30);
+
+class ClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    testing::LocalClusterOptions options;
+    options.workers = kWorkers;
+    options.worker_args = {"--seq-gap-timeout-ms", "600000"};
+    auto cluster = testing::LocalCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+  void TearDown() override {
+    if (HasFailure()) cluster_->DumpLogsOnFailure();
+  }
+
+  static std::unique_ptr<ClusterClient> Client() {
+    auto client = cluster_->Client();
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // Float32 `name` of `n` elements holding rank + 1 on every rank.
+  static void Alloc(ClusterClient& on, const std::string& name, int64_t n) {
+    (void)on.Free(on.AllRanks(), name);
+    for (const auto& r :
+         on.Alloc(on.AllRanks(), TensorSpec{name, DType::kFloat32, {n}},
+                  client::Fill{client::FillKind::kRankPlusOne})) {
+      ASSERT_TRUE(r.result.ok()) << r.result.status();
+    }
+  }
+
+  static std::vector<double> Head(ClusterClient& on, int rank,
+                                  const std::string& name) {
+    auto summary = on.Summarize(rank, name, 4);
+    EXPECT_TRUE(summary.ok()) << summary.status();
+    return summary.ok() ? summary->head : std::vector<double>();
+  }
+
+  static Op AllReduce(const std::string& tensor) {
+    Op op;
+    op.kind = OpKind::kAllReduce;
+    op.input = tensor;
+    op.timeout = kOpTimeout;
+    return op;
+  }
+
+  static void ExpectAllOk(const client::RankResults<client::OpResult>& all) {
+    ASSERT_EQ(all.size(), static_cast<size_t>(kWorkers));
+    for (const auto& r : all) {
+      EXPECT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+  }
+
+  static testing::LocalCluster* cluster_;
+};
+
+testing::LocalCluster* ClientTest::cluster_ = nullptr;
+
+TEST_F(ClientTest, APlanRunsItsStepsInOrderAtConsecutiveSeqs) {
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  Alloc(*client, "plan.x", 4);
+  Op broadcast = AllReduce("plan.x");
+  broadcast.kind = OpKind::kBroadcast;
+  broadcast.root = 1;
+  Op send = AllReduce("plan.x"), recv = AllReduce("plan.x");
+  send.kind = OpKind::kSend;
+  send.peer = 1;
+  recv.kind = OpKind::kRecv;
+  recv.peer = 0;
+  Plan plan;
+  // x = 1 on rank 0, 2 on rank 1; all_reduce: 3 on both; broadcast from 1
+  // and 0's send to 1 keep 3; all_reduce: 6 on both.
+  plan.steps = {PlanStep::Collective(AllReduce("plan.x")),
+                PlanStep::Collective(broadcast),
+                PlanStep::PointToPoint({{0, send}, {1, recv}}),
+                PlanStep::Collective(AllReduce("plan.x"))};
+  const auto results = client->SubmitPlan(plan);
+  ASSERT_EQ(results.size(), static_cast<size_t>(kWorkers));
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_FALSE(r.result->emulated) << "the workers have SubmitPlan";
+    ASSERT_EQ(r.result->steps.size(), plan.steps.size());
+    for (size_t k = 0; k < r.result->steps.size(); ++k) {
+      const client::WorkStatus& step = r.result->steps[k];
+      EXPECT_TRUE(step.error.ok()) << "step " << k << ": " << step.error;
+      EXPECT_EQ(step.state, client::WorkState::kCompleted) << "step " << k;
+      EXPECT_EQ(step.seq, r.result->first_seq + static_cast<int64_t>(k));
+    }
+  }
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    EXPECT_EQ(Head(*client, rank, "plan.x"), (std::vector<double>{6, 6, 6, 6}))
+        << "rank " << rank;
+  }
+}
+
+// The workers check every op of a plan before running any: one that cannot
+// run refuses the whole plan, which still takes its seqs.
+TEST_F(ClientTest, ARefusedPlanRunsNothingAndLeavesNoGap) {
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  Alloc(*client, "plan.y", 2);
+  Plan plan;
+  plan.steps = {PlanStep::Collective(AllReduce("plan.y")),
+                PlanStep::Collective(AllReduce("plan.no.such.tensor")),
+                PlanStep::Collective(AllReduce("plan.y"))};
+  for (const auto& r : client->SubmitPlan(plan)) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kNotFound)
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_NE(r.result.status().message().find("op 1 of the plan"),
+              std::string::npos)
+        << r.result.status();
+  }
+  // No gap to wait on, and nothing of the plan ran: 1 + 2 once.
+  ExpectAllOk(client->Collective(AllReduce("plan.y")));
+  EXPECT_EQ(Head(*client, 0, "plan.y"), (std::vector<double>{3, 3}));
+}
+
+TEST_F(ClientTest, ABadStepIsRefusedBeforeAnySeqIsTaken) {
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  Op outside = AllReduce("x");
+  outside.kind = OpKind::kBroadcast;
+  outside.root = kWorkers;  // not a rank
+  Plan plan;
+  plan.steps = {PlanStep::Collective(AllReduce("x")),
+                PlanStep::Collective(outside)};
+  for (const auto& r : client->SubmitPlan(plan)) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.result.status().message().find("plan step 1"),
+              std::string::npos)
+        << r.result.status();
+  }
+  EXPECT_EQ(client->SubmitPlan(Plan{}).front().result.status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Client A runs ops until it holds seqs reserved ahead, then stops; client
+// B's op comes after A's range and runs once A gives the rest back (after
+// its linger, with A still alive, and again when A is destroyed).
+TEST_F(ClientTest, ReservedSeqsGoBackSoOtherClientsNeverWaitOnThem) {
+  auto a = Client();
+  auto b = Client();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Alloc(*a, "seq.a", 2);
+  for (int i = 0; i < 6; ++i) ExpectAllOk(a->Collective(AllReduce("seq.a")));
+  // A reserved 1 + 2 + 4 seqs for its 6 ops (the 8 of the next range is
+  // not taken yet): it holds one nobody will use unless it gives it back.
+  ExpectAllOk(b->Collective(AllReduce("seq.a")));
+  ExpectAllOk(a->Collective(AllReduce("seq.a")));  // a fresh range
+  a.reset();
+  ExpectAllOk(b->Collective(AllReduce("seq.a")));
+}
+
+TEST_F(ClientTest, ReleaseReservedSequencesGivesThemBackAtOnce) {
+  auto a = Client();
+  auto b = Client();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Alloc(*a, "seq.r", 2);
+  for (int i = 0; i < 2; ++i) ExpectAllOk(a->Collective(AllReduce("seq.r")));
+  a->ReleaseReservedSequences();
+  ExpectAllOk(b->Collective(AllReduce("seq.r")));
+  // And A carries on with a fresh range.
+  ExpectAllOk(a->Collective(AllReduce("seq.r")));
+}
+
+// Many clients at once, each in a tight loop: every op completes, in a
+// global order the ranks agree on (the tensors end equal everywhere).
+TEST_F(ClientTest, ConcurrentClientsWithReservedRangesAllFinish) {
+  {
+    auto setup = Client();
+    ASSERT_NE(setup, nullptr);
+    Alloc(*setup, "seq.c", 1);
+  }
+  constexpr int kClients = 3, kOps = 40;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&] {
+      auto mine = Client();
+      ASSERT_NE(mine, nullptr);
+      Op op = AllReduce("seq.c");
+      op.reduce = ReduceOp::kMax;
+      for (int i = 0; i < kOps; ++i) ExpectAllOk(mine->Collective(op));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  auto check = Client();
+  ASSERT_NE(check, nullptr);
+  EXPECT_EQ(Head(*check, 0, "seq.c"), Head(*check, 1, "seq.c"));
+}
+
+}  // namespace
+}  // namespace ccl

@@ -1,0 +1,190 @@
+// The client's sequence windows without gRPC: a fake coordinator that hands
+// out consecutive seqs, a fake worker side that records what comes back, and
+// a timer the test fires by hand at a clock it sets.
+#include "client/internal/sequence_windows.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace ccl::client::internal {
+namespace {
+
+using Clock = SequenceWindows::Clock;
+using std::chrono::milliseconds;
+
+class SequenceWindowsTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SequenceWindows> Make(int64_t max_window = 8) {
+    return std::make_unique<SequenceWindows>(
+        [this](const std::string& group,
+               int64_t count) -> absl::StatusOr<int64_t> {
+          if (!reserve_error_.ok()) return reserve_error_;
+          reservations_.push_back(count);
+          const int64_t first = next_[group];
+          next_[group] += count;
+          return first;
+        },
+        [this](const std::string& group, int64_t begin, int64_t end) {
+          released_.emplace_back(group, begin, end);
+        },
+        [this](Clock::time_point when, std::function<void()> callback) {
+          timers_.push_back({when, std::move(callback)});
+        },
+        SequenceWindows::Options{max_window, kLinger}, [this] { return now_; });
+  }
+
+  // Fires the earliest pending timer, with the clock at its time.
+  void FireTimer() {
+    ASSERT_FALSE(timers_.empty());
+    auto timer = std::move(timers_.front());
+    timers_.erase(timers_.begin());
+    now_ = std::max(now_, timer.when);
+    timer.callback();
+  }
+
+  static constexpr milliseconds kLinger{20};
+  struct Timer {
+    Clock::time_point when;
+    std::function<void()> callback;
+  };
+  Clock::time_point now_ = Clock::time_point() + std::chrono::hours(1);
+  std::map<std::string, int64_t> next_;
+  std::vector<int64_t> reservations_;
+  std::vector<std::tuple<std::string, int64_t, int64_t>> released_;
+  std::vector<Timer> timers_;
+  absl::Status reserve_error_;
+};
+
+TEST_F(SequenceWindowsTest, AOneShotOpReservesExactlyOneAndGivesNothingBack) {
+  auto windows = Make();
+  auto seq = windows->Take("world", 1);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(*seq, 0);
+  EXPECT_EQ(reservations_, std::vector<int64_t>{1});
+  EXPECT_TRUE(timers_.empty());
+  windows->ReleaseAll();
+  EXPECT_TRUE(released_.empty());
+}
+
+TEST_F(SequenceWindowsTest, ASteadyStreamDoublesTheWindowUpToTheCap) {
+  auto windows = Make(/*max_window=*/8);
+  for (int64_t i = 0; i < 40; ++i) {
+    auto seq = windows->Take("world", 1);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    EXPECT_EQ(*seq, i) << "seqs are handed out in order, none skipped";
+    now_ += milliseconds(1);
+  }
+  // 1 + 2 + 4 + 8 + 8 + 8 + 8 = 39 < 40 <= 47: eight reservations for 40
+  // ops, and each next one contiguous with the last, so nothing went back.
+  EXPECT_EQ(reservations_, (std::vector<int64_t>{1, 2, 4, 8, 8, 8, 8, 8}));
+  EXPECT_TRUE(released_.empty());
+}
+
+TEST_F(SequenceWindowsTest, UnusedSeqsGoBackAfterTheLingerAndTheWindowShrinks) {
+  auto windows = Make();
+  ASSERT_TRUE(windows->Take("world", 1).ok());  // reserves [0, 1)
+  ASSERT_TRUE(windows->Take("world", 1).ok());  // reserves [1, 3), holds 2
+  ASSERT_EQ(timers_.size(), 1u);
+  EXPECT_EQ(timers_[0].when, now_ + kLinger);
+  FireTimer();
+  ASSERT_EQ(released_.size(), 1u);
+  EXPECT_EQ(released_[0], std::make_tuple(std::string("world"), 2, 3));
+  EXPECT_TRUE(timers_.empty()) << "nothing is held, so nothing to wake for";
+  // An idle client is not in a loop: its next op reserves one seq again.
+  auto seq = windows->Take("world", 1);
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(*seq, 3);
+  EXPECT_EQ(reservations_.back(), 1);
+}
+
+TEST_F(SequenceWindowsTest, ATimerBeforeTheLingerEndsWaitsForTheLastUse) {
+  auto windows = Make();
+  const Clock::time_point start = now_;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(windows->Take("world", 1).ok());  // the 4th reserves [3, 7)
+  }
+  ASSERT_EQ(timers_.size(), 1u);
+  now_ += milliseconds(15);
+  ASSERT_TRUE(windows->Take("world", 1).ok());  // seq 4: still in use
+  FireTimer();  // armed when seq 1 left a remainder, at start + linger
+  EXPECT_TRUE(released_.empty());
+  ASSERT_EQ(timers_.size(), 1u);
+  EXPECT_EQ(timers_[0].when, start + milliseconds(15) + kLinger);
+  FireTimer();
+  ASSERT_EQ(released_.size(), 1u);
+  EXPECT_EQ(released_[0], std::make_tuple(std::string("world"), 5, 7));
+}
+
+TEST_F(SequenceWindowsTest, AReservationAfterAnotherClientsGivesBackTheRest) {
+  auto windows = Make();
+  ASSERT_TRUE(windows->Take("world", 1).ok());  // [0, 1)
+  ASSERT_TRUE(windows->Take("world", 1).ok());  // [1, 3), holds 2
+  next_["world"] += 10;                         // another client's range
+  auto plan = windows->Take("world", 3);        // more than is held
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, 13);
+  ASSERT_EQ(released_.size(), 1u);
+  EXPECT_EQ(released_[0], std::make_tuple(std::string("world"), 2, 3));
+}
+
+TEST_F(SequenceWindowsTest, AContiguousReservationExtendsWhatIsHeld) {
+  auto windows = Make();
+  ASSERT_TRUE(windows->Take("world", 1).ok());  // [0, 1)
+  ASSERT_TRUE(windows->Take("world", 1).ok());  // [1, 3), holds 2
+  auto plan = windows->Take("world", 5);        // reserves [3, 8)
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, 2) << "the held seq 2 starts the plan";
+  EXPECT_TRUE(released_.empty());
+  EXPECT_EQ(windows->Held("world"), std::make_pair(int64_t{7}, int64_t{8}));
+}
+
+TEST_F(SequenceWindowsTest, GroupsHaveTheirOwnWindows) {
+  auto windows = Make();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(windows->Take("world", 1).ok());
+    ASSERT_TRUE(windows->Take("even", 1).ok());
+  }
+  EXPECT_EQ(windows->Held("world"), std::make_pair(int64_t{2}, int64_t{3}));
+  EXPECT_EQ(windows->Held("even"), std::make_pair(int64_t{2}, int64_t{3}));
+  windows->ReleaseAll();
+  EXPECT_EQ(released_.size(), 2u);
+  EXPECT_EQ(windows->Held("world").first, windows->Held("world").second);
+}
+
+TEST_F(SequenceWindowsTest, WithoutReleaseOnTheWorkersOnlyWhatIsUsedIsTaken) {
+  auto windows = Make();
+  windows->StopReservingAhead();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(windows->Take("world", 1).ok());
+  EXPECT_EQ(reservations_, (std::vector<int64_t>{1, 1, 1, 1, 1}));
+  auto plan = windows->Take("world", 4);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(reservations_.back(), 4);
+  windows->ReleaseAll();
+  EXPECT_TRUE(released_.empty());
+}
+
+TEST_F(SequenceWindowsTest, ACoordinatorErrorIsTheCallersAndChangesNothing) {
+  auto windows = Make();
+  ASSERT_TRUE(windows->Take("world", 1).ok());
+  reserve_error_ = absl::UnavailableError("coordinator gone");
+  auto seq = windows->Take("world", 1);
+  EXPECT_EQ(seq.status().code(), absl::StatusCode::kUnavailable);
+  reserve_error_ = absl::OkStatus();
+  seq = windows->Take("world", 1);
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(*seq, 1);
+}
+
+TEST_F(SequenceWindowsTest, TakingNothingIsRefused) {
+  auto windows = Make();
+  EXPECT_EQ(windows->Take("world", 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(reservations_.empty());
+}
+
+}  // namespace
+}  // namespace ccl::client::internal
