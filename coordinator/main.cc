@@ -16,6 +16,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_errors.h"
 #include "common/grpc_health.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   int64_t max_heartbeat_rate = 4096;
   int64_t register_timeout_ms = 300000;
   int64_t max_value_bytes = 1 << 20;
+  int64_t max_key_bytes = 4096;
   std::string elastic = "none";
   std::string log_level = "info";
   std::string log_format = "text";
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-value-bytes", max_value_bytes,
                  "Largest KV value accepted")
+      ->capture_default_str();
+  app.add_option("--max-key-bytes", max_key_bytes, "Longest KV key accepted")
       ->capture_default_str();
   app.add_option("--elastic", elastic,
                  "What a formed world does when a rank is lost or leaves: "
@@ -156,8 +160,9 @@ int main(int argc, char** argv) {
               << world_size << "); set it or $CCL_WORLD_SIZE / $WORLD_SIZE\n";
     return kUsageError;
   }
-  if (max_value_bytes <= 0) {
-    std::cerr << "cccoord: --max-value-bytes must be positive\n";
+  if (max_value_bytes <= 0 || max_key_bytes <= 0) {
+    std::cerr << "cccoord: --max-value-bytes and --max-key-bytes must be "
+                 "positive\n";
     return kUsageError;
   }
 
@@ -176,7 +181,10 @@ int main(int argc, char** argv) {
     std::cerr << "cccoord: " << core.status().message() << "\n";
     return kUsageError;
   }
-  ccl::coordinator::CoordinatorService service(**core);
+  ccl::coordinator::CoordinatorLimits limits;
+  limits.max_value_bytes = static_cast<size_t>(max_value_bytes);
+  limits.max_key_bytes = static_cast<size_t>(max_key_bytes);
+  ccl::coordinator::CoordinatorService service(**core, limits);
   ccl::MetricsRegistry metrics;
   ccl::coordinator::RegisterCoordinatorMetrics(metrics, **core);
   std::unique_ptr<ccl::MetricsHttpServer> metrics_server;
@@ -211,6 +219,8 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials->credentials, &port);
   builder.RegisterService(&service);
+  ccl::RequestErrorDetails error_details("ccl.v1.Coordinator");
+  error_details.Install(builder);
   ccl::EnableHealthAndReflection();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
