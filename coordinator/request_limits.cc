@@ -10,7 +10,9 @@ namespace {
 
 // Sequence counts and unique ids: the core's own bounds, checked here too
 // so that the adapter refuses before the core is called.
-constexpr int64_t kMaxSequenceCount = 1000000;
+// As many as a worker's executor accepts ahead of its next seq
+// (Executor::kMaxSeqsAhead): a range that long can be used, or released.
+constexpr int64_t kMaxSequenceCount = int64_t{1} << 16;
 constexpr size_t kMaxUniqueIdBytes = 4096;
 
 bool IsGroupChar(char c) {

@@ -86,7 +86,12 @@ class Executor {
   // with `reason`.
   absl::Status Release(int64_t begin, int64_t end, absl::Status reason);
 
-  static constexpr int64_t kMaxSeqsAhead = int64_t{1} << 20;
+  // As far ahead as a client can legitimately be: one plan or reserved
+  // range (the coordinator hands out at most this many seqs at once). A
+  // queued seq further ahead would, once the gap before it timed out, make
+  // the group skip every seq below it, failing the ops other clients hold
+  // reservations for.
+  static constexpr int64_t kMaxSeqsAhead = int64_t{1} << 16;
   // Ops launched but not yet complete, at most: beyond this the launch
   // thread waits, so a stuck device cannot make a launch block inside the
   // backend (CUDA's launch queue is about a thousand deep).

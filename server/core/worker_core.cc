@@ -198,7 +198,7 @@ class WorkerCoreImpl final : public WorkerCore {
   absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) override {
     OpSpec normalized = spec;
     std::shared_ptr<Executor> executor;
-    CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
+    CCL_ASSIGN_OR_RETURN(executor, FindSequenced(normalized, 1));
     auto resolved = Resolve(normalized, executor->communicator(), store_,
                             config_.default_op_timeout);
     if (!resolved.ok()) {
@@ -232,7 +232,10 @@ class WorkerCoreImpl final : public WorkerCore {
     whole.generation = plan.generation;
     whole.input = absl::StrCat("plan of ", plan.ops.size(), " ops");
     std::shared_ptr<Executor> executor;
-    CCL_ASSIGN_OR_RETURN(executor, FindGroup(whole));
+    CCL_ASSIGN_OR_RETURN(
+        executor,
+        FindSequenced(whole, std::max<int64_t>(
+                                 1, static_cast<int64_t>(plan.ops.size()))));
     const int64_t count = static_cast<int64_t>(plan.ops.size());
     if (count == 0) {
       return absl::InvalidArgumentError("a plan needs at least one op");
@@ -291,7 +294,7 @@ class WorkerCoreImpl final : public WorkerCore {
       const OpSpec& spec, const BenchOptions& options) override {
     OpSpec normalized = spec;
     std::shared_ptr<Executor> executor;
-    CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
+    CCL_ASSIGN_OR_RETURN(executor, FindSequenced(normalized, 1));
     auto refuse = [&](absl::Status why) {
       return RefuseSpec(*executor, normalized, 1, std::move(why));
     };
@@ -330,10 +333,14 @@ class WorkerCoreImpl final : public WorkerCore {
     spec.seq = seq;
     spec.kind = OpKind::kNop;
     spec.generation = generation;
-    // An unknown group or generation takes nothing: the request named
-    // somewhere this rank is not.
+    if (seq < 0 || count < 1) return reason;
+    // An unknown group, or an older generation, takes nothing (see
+    // FindSequenced); a malformed generation takes its seqs in the current
+    // one.
+    if (!GenerationTakesSeqs(spec.generation)) return reason;
+    spec.generation = 0;
     auto executor = FindGroup(spec);
-    if (!executor.ok() || seq < 0 || count < 1) return reason;
+    if (!executor.ok()) return reason;
     return RefuseSpec(**executor, spec, count, std::move(reason));
   }
 
@@ -593,6 +600,39 @@ class WorkerCoreImpl final : public WorkerCore {
           "' (world ranks ", absl::StrJoin(it->second.ranks, ","), ")"));
     }
     return it->second.executor;
+  }
+
+  // Whether a sequenced request naming `generation` is one whose seqs this
+  // worker takes when it refuses it. 0 and the current generation: yes. An
+  // older one: no; its seqs were reserved in a generation that is over, and
+  // the same numbers in the current one belong to other clients, which a
+  // stale request must not take from them. A negative one (malformed) or
+  // one this worker has not reached (the coordinator moved on and this
+  // worker re-forms next, or the client made it up): yes, in the current
+  // generation, whose seq the client most likely reserved; should the world
+  // indeed be moving on, that generation's seqs are about to end anyway.
+  bool GenerationTakesSeqs(int64_t generation) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return generation <= 0 || generation >= generation_;
+  }
+
+  // FindGroup for a request that carries seqs [spec.seq, spec.seq + count):
+  // one refused for its generation still takes them where
+  // GenerationTakesSeqs says so, so the group's later ops do not wait out
+  // the gap timeout.
+  absl::StatusOr<std::shared_ptr<Executor>> FindSequenced(OpSpec& spec,
+                                                          int64_t count) {
+    const int64_t requested = spec.generation;
+    auto executor = FindGroup(spec);
+    if (executor.ok() || requested == 0 || !GenerationTakesSeqs(requested) ||
+        spec.seq < 0) {
+      return executor;
+    }
+    OpSpec current = spec;
+    current.generation = 0;
+    auto in_current = FindGroup(current);
+    if (!in_current.ok()) return executor;
+    return RefuseSpec(**in_current, current, count, executor.status());
   }
 
   // Takes `count` seqs from `spec.seq` for a refused request, records the
