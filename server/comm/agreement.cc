@@ -110,6 +110,10 @@ class AgreeingCommunicator final : public Communicator {
     for (size_t i = 0; i < n; ++i) {
       std::vector<OpFingerprint> of_op(world);
       for (size_t r = 0; r < world; ++r) of_op[r] = all[r * n + i];
+      if (absl::Status s = CheckWithdrawn(collectives[i]->seq, of_op);
+          !s.ok()) {
+        return s;
+      }
       if (absl::Status s = CompareCollective(collectives[i]->seq, of_op);
           !s.ok()) {
         return s;
@@ -132,6 +136,9 @@ class AgreeingCommunicator final : public Communicator {
           name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
+    if (absl::Status s = CheckWithdrawn(op.seq, {mine, theirs}); !s.ok()) {
+      return s;
+    }
     return ComparePointToPoint(op.seq, mine, theirs);
   }
 

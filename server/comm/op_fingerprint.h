@@ -23,12 +23,20 @@ struct OpFingerprint {
   int64_t count;
   int32_t root;  // -1 unless rooted
   int32_t peer;
+  int32_t withdrawn;  // BoundOp::withdrawn
+  int32_t reserved;
 };
-static_assert(sizeof(OpFingerprint) == 32);
+static_assert(sizeof(OpFingerprint) == 40);
 
 OpFingerprint FingerprintOf(const BoundOp& op, int rank);
 // "rank 1 runs all_reduce of 8 float32 (sum)".
 std::string Describe(const OpFingerprint& f);
+
+// CANCELLED naming the ranks whose op was withdrawn (BoundOp::withdrawn),
+// OK if none was. Every rank sees the same fingerprints, so every rank drops
+// the op alike.
+absl::Status CheckWithdrawn(int64_t seq,
+                            const std::vector<OpFingerprint>& all);
 
 // INVALID_ARGUMENT naming every rank that differs from rank 0 when the
 // fingerprints of one collective (one per rank, in rank order) disagree.

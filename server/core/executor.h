@@ -99,6 +99,10 @@ class Executor {
 
   // The next seq the launch thread will run.
   int64_t next_seq() const;
+  // Why the task at `seq` (queued) has not started, for a person: the seq
+  // it waits for has not arrived (for how long, and when the gap timeout
+  // skips it), or an earlier op still runs.
+  std::string WhyWaiting(int64_t seq) const;
   // "ready", "broken" (communicator poisoned) or "stopped".
   std::string state() const;
   const std::string& group() const { return group_; }
@@ -133,6 +137,10 @@ class Executor {
   bool stopping_ = false;
   bool stopped_ = false;
   int64_t next_seq_ = 0;
+  // Since when next_seq_ has been missing with later tasks queued.
+  std::optional<std::chrono::steady_clock::time_point> gap_since_;
+  // The seq being launched (-1: none).
+  int64_t launching_ = -1;
   std::map<int64_t, std::shared_ptr<ExecutorTask>> pending_;
   // begin -> (end, what a late op there fails with) of seq ranges declared
   // lost or released.

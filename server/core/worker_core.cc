@@ -382,6 +382,20 @@ class WorkerCoreImpl final : public WorkerCore {
     return std::make_pair(next_seq, flight_.Last(name, limit));
   }
 
+  std::string WhyQueued(const std::string& group, int64_t seq) override {
+    std::shared_ptr<Executor> executor;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (group.empty() || group == kWorldGroup) {
+        executor = world_;
+      } else if (auto it = groups_.find(group); it != groups_.end()) {
+        executor = it->second.executor;
+      }
+    }
+    if (!executor) return "its group is gone";
+    return executor->WhyWaiting(seq);
+  }
+
   std::shared_ptr<Work> FindWork(int64_t id) override {
     std::lock_guard<std::mutex> lock(works_mutex_);
     auto it = works_.find(id);

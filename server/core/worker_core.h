@@ -130,6 +130,9 @@ class WorkerCore {
   virtual absl::Status ReleaseSequence(const std::string& group,
                                        int64_t generation, int64_t begin,
                                        int64_t end) = 0;
+  // Why queued work at `seq` of `group` has not started yet, for a person
+  // (an error message): the seq it waits behind, or the op still running.
+  virtual std::string WhyQueued(const std::string& group, int64_t seq) = 0;
   // Async ops (OpSpec::async) stay findable by id until waited for
   // successfully; sync ones are never in the table.
   virtual std::shared_ptr<Work> FindWork(int64_t id) = 0;

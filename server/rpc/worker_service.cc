@@ -117,13 +117,56 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
 };
 
 // Answers a unary call when its work completes. A client that cancels the
-// call cancels the work (WorkRequest::RequestCancel).
+// call cancels the work (Work::RequestCancel). Work that can be withdrawn
+// (Work::withdrawable) and is still queued a little before the call's
+// deadline is withdrawn then, and the call answered DEADLINE_EXCEEDED with
+// what it waited for (the seq a dead client never sent, say): the client
+// hears why, not gRPC's bare "Deadline Exceeded", and no rank runs an op its
+// caller has given up on.
+//
+// The work's completion and the timer race to answer; whichever wins the
+// shared flag finishes the reactor, and only the winner touches it (gRPC
+// deletes it after Finish).
 class WorkReactor final : public grpc::ServerUnaryReactor {
  public:
-  WorkReactor(std::shared_ptr<Work> work, std::function<absl::Status()> respond)
+  using Respond = std::function<absl::Status()>;
+  using WhyQueued = std::function<std::string()>;
+
+  WorkReactor(std::shared_ptr<Work> work, Respond respond,
+              grpc::CallbackServerContext* context, TimerQueue& timers,
+              WhyQueued why_queued, int rank)
       : work_(std::move(work)) {
-    work_->OnDone([this, respond = std::move(respond)] {
-      Finish(ToGrpcStatus(respond()));
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    TimerQueue::TimerId timer = 0;
+    const auto deadline = context->deadline();
+    if (deadline != std::chrono::system_clock::time_point::max() &&
+        work_->withdrawable()) {
+      // Time for the answer to travel back: a tenth of the call, within
+      // [100 ms, 2 s].
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::system_clock::now());
+      const auto margin = std::clamp(left / 10, std::chrono::milliseconds(100),
+                                     std::chrono::milliseconds(2000));
+      const auto at = std::chrono::steady_clock::now() + (left - margin);
+      work_->SetCallDeadline(at);
+      timer = timers.Schedule(
+          at, [answered, work = work_, self = this,
+               why_queued = std::move(why_queued), rank] {
+            if (!work->TryWithdraw()) return;  // it runs; its end answers
+            if (answered->exchange(true)) return;
+            self->Finish(grpc::Status(
+                grpc::StatusCode::DEADLINE_EXCEEDED,
+                absl::StrCat(work->Describe(), " was still queued at rank ",
+                             rank, " as the call's deadline came: ",
+                             why_queued(),
+                             ". It was withdrawn: no rank runs it")));
+          });
+    }
+    work_->OnDone([answered, self = this, respond = std::move(respond),
+                   timers = &timers, timer] {
+      if (answered->exchange(true)) return;
+      if (timer != 0) timers->Cancel(timer);
+      self->Finish(ToGrpcStatus(respond()));
     });
   }
   void OnCancel() override { work_->RequestCancel(); }
@@ -333,11 +376,14 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
     return Finish(context, absl::OkStatus());
   }
   Work* raw = work->get();
-  return new WorkReactor(*work, [raw, response] {
-    response->set_state(StateToProto(raw->state()));
-    *response->mutable_timing() = TimingToProto(raw->timing());
-    return raw->status();
-  });
+  return new WorkReactor(
+      *work,
+      [raw, response] {
+        response->set_state(StateToProto(raw->state()));
+        *response->mutable_timing() = TimingToProto(raw->timing());
+        return raw->status();
+      },
+      context, timers_, WhyQueuedFor(spec->group, spec->seq), core_.rank());
 }
 
 grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
@@ -357,7 +403,9 @@ grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
   response->set_group(plan->group);
   response->set_seq(plan->seq);
   PlanWork* held = work->get();
-  return new WorkReactor(*work, [held, response] {
+  return new WorkReactor(
+      *work,
+      [held, response] {
     const std::vector<PlanOpResult> results = held->results();
     const std::vector<OpSpec>& specs = held->op_specs();
     for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
@@ -377,7 +425,8 @@ grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
     // Each op's outcome is in the results; the call succeeded if the plan
     // was run, whatever its ops did.
     return absl::OkStatus();
-  });
+      },
+      context, timers_, WhyQueuedFor(plan->group, plan->seq), core_.rank());
 }
 
 grpc::ServerUnaryReactor* WorkerService::ReleaseSequence(
@@ -407,7 +456,9 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
   if (!work.ok()) return Finish(context, work.status());
   BenchWork* held = work->get();
   const int rank = core_.rank();
-  return new WorkReactor(*work, [held, response, rank] {
+  return new WorkReactor(
+      *work,
+      [held, response, rank] {
     const absl::Status status = held->status();
     if (status.ok()) {
       const BenchResult result = held->result();
@@ -419,7 +470,8 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
       response->set_wrong(result.wrong);
     }
     return status;
-  });
+      },
+      context, timers_, WhyQueuedFor(spec->group, spec->seq), rank);
 }
 
 grpc::ServerUnaryReactor* WorkerService::Wait(
@@ -508,15 +560,26 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   Work* held = work->get();
   WorkerCore* core = &core_;
   const std::string name = request->name();
-  return new WorkReactor(*work, [held, response, core, name] {
-    absl::Status status = held->status();
-    if (status.ok()) {
-      for (const GroupInfo& group : core->Groups()) {
-        if (group.name == name) GroupToProto(group, response);
-      }
-    }
-    return status;
-  });
+  return new WorkReactor(
+      *work,
+      [held, response, core, name] {
+        absl::Status status = held->status();
+        if (status.ok()) {
+          for (const GroupInfo& group : core->Groups()) {
+            if (group.name == name) GroupToProto(group, response);
+          }
+        }
+        return status;
+      },
+      context, timers_, WhyQueuedFor(kWorldGroup, request->seq()),
+      core_.rank());
+}
+
+std::function<std::string()> WorkerService::WhyQueuedFor(std::string group,
+                                                          int64_t seq) {
+  return [core = &core_, group = std::move(group), seq] {
+    return core->WhyQueued(group, seq);
+  };
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetOpLog(

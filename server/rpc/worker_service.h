@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -84,6 +85,9 @@ class WorkerService final : public v1::Worker::CallbackService {
                                         v1::GroupInfo* response) override;
 
  private:
+  // Says, when asked, why the work at `seq` of `group` is still queued.
+  std::function<std::string()> WhyQueuedFor(std::string group, int64_t seq);
+
   WorkerCore& core_;
   const RequestLimits limits_;
   WorkerIdentity identity_;  // address guarded by state_mutex_
