@@ -195,6 +195,24 @@ class BearerTokenInterceptorFactory final
 };
 
 // Fails now, with the path, rather than at the first handshake.
+absl::Status CheckReadable(const std::string& path, const char* what);
+
+// The files of `options` checked, then watched for rotation (servers and
+// clients alike).
+absl::StatusOr<
+    std::shared_ptr<grpc::experimental::FileWatcherCertificateProvider>>
+CertificateProvider(const SecurityOptions& options) {
+  for (const auto& [path, what] :
+       {std::pair{options.tls_cert, "TLS certificate"},
+        std::pair{options.tls_key, "TLS key"},
+        std::pair{options.tls_ca, "TLS CA"}}) {
+    if (absl::Status s = CheckReadable(path, what); !s.ok()) return s;
+  }
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      options.tls_key, options.tls_cert, options.tls_ca,
+      options.cert_refresh_seconds);
+}
+
 absl::Status CheckReadable(const std::string& path, const char* what) {
   if (path.empty()) return absl::OkStatus();
   auto text = ReadFile(path, what);
@@ -250,17 +268,9 @@ absl::StatusOr<ServerSecurity> MakeServerCredentials(
       return absl::InvalidArgumentError(
           "--tls-require-client-cert needs --tls-ca to verify clients with");
     }
-    for (const auto& [path, what] :
-         {std::pair{options.tls_cert, "TLS certificate"},
-          std::pair{options.tls_key, "TLS key"},
-          std::pair{options.tls_ca, "TLS CA"}}) {
-      if (absl::Status s = CheckReadable(path, what); !s.ok()) return s;
-    }
-    auto provider =
-        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-            options.tls_key, options.tls_cert, options.tls_ca,
-            options.cert_refresh_seconds);
-    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    auto provider = CertificateProvider(options);
+    if (!provider.ok()) return provider.status();
+    grpc::experimental::TlsServerCredentialsOptions tls(*provider);
     tls.watch_identity_key_cert_pairs();
     if (!options.tls_ca.empty()) tls.watch_root_certs();
     tls.set_cert_request_type(
@@ -304,18 +314,10 @@ absl::StatusOr<ChannelFactory> ChannelFactory::Create(
       return absl::InvalidArgumentError(
           "a client certificate needs its key and the other way round");
     }
-    for (const auto& [path, what] :
-         {std::pair{options.tls_cert, "TLS certificate"},
-          std::pair{options.tls_key, "TLS key"},
-          std::pair{options.tls_ca, "TLS CA"}}) {
-      if (absl::Status s = CheckReadable(path, what); !s.ok()) return s;
-    }
-    auto provider =
-        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-            options.tls_key, options.tls_cert, options.tls_ca,
-            options.cert_refresh_seconds);
+    auto provider = CertificateProvider(options);
+    if (!provider.ok()) return provider.status();
     grpc::experimental::TlsChannelCredentialsOptions tls;
-    tls.set_certificate_provider(provider);
+    tls.set_certificate_provider(*provider);
     tls.watch_root_certs();
     if (!options.tls_cert.empty()) tls.watch_identity_key_cert_pairs();
     tls.set_certificate_verifier(

@@ -8,23 +8,9 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 
 namespace ccl {
-
-enum class DType {
-  kFloat32,
-  kFloat64,
-  kFloat16,
-  kBFloat16,
-  kInt8,
-  kUInt8,
-  kInt32,
-  kInt64,
-  kFp8E4M3,
-  kFp8E5M2,
-};
-
-enum class ReduceOp { kSum, kProd, kMin, kMax, kAvg, kPremulSum };
 
 enum class DeviceKind { kCpu, kCuda };
 

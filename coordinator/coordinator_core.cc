@@ -145,7 +145,9 @@ void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
   if (roster_.all_ready() || roster_.ready() == 0) return;
   const int before = WorldSize();
   const std::vector<int> dropped = roster_.KeepReady();
+  const int64_t from = generation_;
   StartGenerationLocked(generation_ + 1, deferred);
+  last_shrink_ = {generation_, from, dropped};
   spdlog::warn(
       "generation {}: the world shrank from {} to {} ranks without rank(s) {} "
       "(--elastic shrink); survivors keep their order and are renumbered",
@@ -166,6 +168,10 @@ WorldInfo CoordinatorCore::SnapshotLocked() const {
   const HeartbeatTiming timing = Timing();
   world.heartbeat_interval_ms = timing.interval.count();
   world.heartbeat_timeout_ms = timing.timeout.count();
+  if (last_shrink_.generation == generation_ && generation_ > 0) {
+    world.shrunk_from_generation = last_shrink_.from;
+    world.excluded_ranks = last_shrink_.excluded;
+  }
   const TimePoint now = Now();
   for (int rank = 0; rank < WorldSize(); ++rank) {
     const Member* member = roster_.Find(rank);

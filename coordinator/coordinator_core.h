@@ -83,6 +83,10 @@ struct WorldInfo {
   std::vector<MemberInfo> members;
   int64_t heartbeat_interval_ms = 0;
   int64_t heartbeat_timeout_ms = 0;
+  // This generation is `shrunk_from_generation` without `excluded_ranks`
+  // (ranks of that generation); 0 when it is not a shrink.
+  int64_t shrunk_from_generation = 0;
+  std::vector<int> excluded_ranks;
 };
 
 struct RegisterRequest {
@@ -253,6 +257,14 @@ class CoordinatorCore {
   // ones before it with ABORTED and drops old data.
   void StartGenerationLocked(int64_t next, Deferred& deferred);
   void ShrinkLocked(Deferred& deferred);
+  // The last shrink: the generation it started, the one it came from, the
+  // ranks of that one it left out.
+  struct ShrinkRecord {
+    int64_t generation = 0;
+    int64_t from = 0;
+    std::vector<int> excluded;
+  };
+  ShrinkRecord last_shrink_;
   absl::StatusOr<HeartbeatResult> HeartbeatLocked(
       const HeartbeatRequest& request, Deferred& deferred);
   WorldState StateLocked() const;

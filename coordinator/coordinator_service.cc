@@ -106,6 +106,8 @@ v1::World ToProtoHeader(const WorldInfo& world) {
   out.set_state(ToProto(world.state));
   out.set_heartbeat_interval_ms(world.heartbeat_interval_ms);
   out.set_heartbeat_timeout_ms(world.heartbeat_timeout_ms);
+  out.set_shrunk_from_generation(world.shrunk_from_generation);
+  for (int rank : world.excluded_ranks) out.add_excluded_ranks(rank);
   return out;
 }
 

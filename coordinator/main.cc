@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_errors.h"
+#include "common/daemon_flags.h"
 #include "common/grpc_health.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
@@ -30,18 +31,6 @@
 namespace {
 
 constexpr int kUsageError = 2;
-
-// Readers poll for the file; a rename makes it appear whole or not at all.
-bool WritePortFile(const std::string& path, int port) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.close();
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
 
 std::string HostOf(const std::string& address) {
   auto colon = address.rfind(':');
@@ -67,7 +56,6 @@ int main(int argc, char** argv) {
   CLI::App app{"cccoord: the ccl coordinator (membership, rendezvous, KV)"};
   int world_size = 0;
   std::string listen = "127.0.0.1:29400";
-  std::string port_file;
   int64_t heartbeat_interval_ms = 1000;
   int64_t heartbeat_timeout_ms = 10000;
   int64_t max_heartbeat_rate = 4096;
@@ -75,19 +63,12 @@ int main(int argc, char** argv) {
   int64_t max_value_bytes = 1 << 20;
   int64_t max_key_bytes = 4096;
   std::string elastic = "none";
-  std::string log_level = "info";
-  std::string log_format = "text";
-  int metrics_port = 0;
-  std::string metrics_address = "127.0.0.1";
-  int64_t drain_ms = 0;
   auto* world_opt = app.add_option(
       "--world-size", world_size,
       "Number of ranks (fallback: $CCL_WORLD_SIZE, then $WORLD_SIZE)");
   app.add_option("--listen", listen, "host:port to serve on (port 0: any)")
       ->capture_default_str()
       ->envname("CCL_COORDINATOR_LISTEN");
-  app.add_option("--port-file", port_file,
-                 "Write the bound port here once serving");
   app.add_option("--heartbeat-interval-ms", heartbeat_interval_ms,
                  "Heartbeat period workers are told to use")
       ->capture_default_str();
@@ -115,30 +96,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "shrink"}))
       ->capture_default_str()
       ->envname("CCL_ELASTIC");
-  app.add_option("--log-level", log_level,
-                 "trace, debug, info, warn, error, critical, off")
-      ->capture_default_str()
-      ->envname("CCL_LOG_LEVEL");
-  app.add_option("--log-format", log_format, "text or json (JSON lines)")
-      ->capture_default_str()
-      ->envname("CCL_LOG_FORMAT");
-  app.add_option("--metrics-port", metrics_port,
-                 "serve Prometheus text on http://ADDRESS:PORT/metrics; 0: off")
-      ->capture_default_str()
-      ->envname("CCL_METRICS_PORT");
-  app.add_option("--metrics-address", metrics_address,
-                 "address the metrics endpoint binds to")
-      ->capture_default_str()
-      ->envname("CCL_METRICS_ADDRESS");
-  app.add_option("--drain-ms", drain_ms,
-                 "on SIGTERM, report NOT_SERVING this long before stopping")
-      ->capture_default_str()
-      ->envname("CCL_DRAIN_MS");
+  ccl::DaemonFlags daemon;
+  ccl::AddDaemonFlags(app, daemon);
   ccl::SecurityFlags security;
   ccl::AddSecurityFlags(app, security, ccl::SecurityFlagSet::kCoordinator);
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = ccl::SetupLogging(log_level, log_format, "cccoord");
-      !s.ok()) {
+  if (absl::Status s = ccl::SetupDaemonLogging(daemon, "cccoord"); !s.ok()) {
     std::cerr << "cccoord: " << s.message() << "\n";
     return kUsageError;
   }
@@ -187,17 +150,10 @@ int main(int argc, char** argv) {
   ccl::coordinator::CoordinatorService service(**core, limits);
   ccl::MetricsRegistry metrics;
   ccl::coordinator::RegisterCoordinatorMetrics(metrics, **core);
-  std::unique_ptr<ccl::MetricsHttpServer> metrics_server;
-  if (metrics_port > 0) {
-    auto started =
-        ccl::MetricsHttpServer::Start(metrics_address, metrics_port, &metrics);
-    if (!started.ok()) {
-      std::cerr << "cccoord: " << started.status().message() << "\n";
-      return 1;
-    }
-    metrics_server = *std::move(started);
-    std::cout << "cccoord metrics on http://" << metrics_address << ":"
-              << metrics_server->port() << "/metrics" << std::endl;
+  auto metrics_server = ccl::StartMetrics(daemon, &metrics, "cccoord");
+  if (!metrics_server.ok()) {
+    std::cerr << "cccoord: " << metrics_server.status().message() << "\n";
+    return 1;
   }
 
   if (absl::Status s =
@@ -233,8 +189,8 @@ int main(int argc, char** argv) {
             << std::endl;
   spdlog::info("serving world of size {} on {}:{}", world_size, HostOf(listen),
                port);
-  if (!port_file.empty() && !WritePortFile(port_file, port)) {
-    std::cerr << "cccoord: cannot write port file " << port_file << "\n";
+  if (absl::Status s = ccl::WritePortFile(daemon, port); !s.ok()) {
+    std::cerr << "cccoord: " << s.message() << "\n";
     server->Shutdown(std::chrono::system_clock::now());
     return 1;
   }
@@ -244,15 +200,15 @@ int main(int argc, char** argv) {
   spdlog::info("signal {}: shutting down", signal_number);
   // Probes see NOT_SERVING for the grace period before the port closes.
   health.SetReady(false);
-  if (drain_ms > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(drain_ms));
+  if (daemon.drain_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(daemon.drain_ms));
   }
   // Parked calls would otherwise hold Shutdown until their own deadlines.
   (*core)->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(500));
   server->Wait();
-  if (metrics_server) metrics_server->Stop();
+  if (*metrics_server) (*metrics_server)->Stop();
   spdlog::info("stopped");
   return 0;
 }

@@ -64,9 +64,10 @@ def run(args, **kwargs):
 
 # ------------------------------------------------------------- env names ---
 
-# The sources that read CCL_* / CCCTL_* variables (credentials.cc: the
+# The sources that read CCL_* / CCCTL_* variables (daemon_flags.cc: the
+# flags both daemons share; credentials.cc: the
 # security variables every binary shares).
-ENV_SOURCES = ("server/main.cc", "coordinator/main.cc",
+ENV_SOURCES = ("server/main.cc", "coordinator/main.cc", "common/daemon_flags.cc",
                "client/ccctl/common.cc", "common/credentials.cc")
 
 

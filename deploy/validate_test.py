@@ -78,7 +78,8 @@ def copy_tree(dest):
     for name in ("deploy", "docker"):
         shutil.copytree(os.path.join(ROOT, name), os.path.join(dest, name))
     for path in ("server/main.cc", "coordinator/main.cc",
-                 "client/ccctl/common.cc", "common/credentials.cc"):
+                 "common/daemon_flags.cc", "client/ccctl/common.cc",
+                 "common/credentials.cc"):
         os.makedirs(os.path.dirname(os.path.join(dest, path)), exist_ok=True)
         shutil.copy(os.path.join(ROOT, path), os.path.join(dest, path))
     shutil.copy(os.path.join(ROOT, ".dockerignore"), dest)

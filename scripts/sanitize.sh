@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds with ASan + UBSan (the `asan` preset, into build-asan/) and runs the
-# unit and integration suites under it. Extra arguments go to ctest.
+# unit and integration suites under it (not the GPU or Docker ones: the
+# Docker test runs the images, not these binaries). Extra arguments go to ctest.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"

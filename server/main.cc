@@ -18,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_errors.h"
+#include "common/daemon_flags.h"
 #include "common/grpc_health.h"
 #include "common/hostname_rank.h"
 #include "common/logging.h"
@@ -40,16 +41,6 @@ constexpr char kVersion[] = "0.1.0";
 std::string EnvOr(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
   return value && *value ? std::string(value) : fallback;
-}
-
-// Writes atomically so that a reader polling the file never sees half a port.
-void WritePortFile(const std::string& path, int port) {
-  const std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp);
-    out << port << "\n";
-  }
-  std::rename(temp.c_str(), path.c_str());
 }
 
 std::string RandomWorkerId() {
@@ -106,17 +97,11 @@ int main(int argc, char** argv) {
   std::string listen = EnvOr("CCL_LISTEN", "127.0.0.1:0");
   std::string advertise_host;
   std::string data_host;
-  std::string port_file;
   int rank = std::atoi(EnvOr("CCL_RANK", EnvOr("RANK", "-1")).c_str());
   int64_t quota_bytes = 0;
   int64_t op_timeout_ms = 60000;
   int64_t seq_gap_timeout_ms = 30000;
   int64_t register_timeout_ms = 300000;
-  std::string log_level = "info";
-  std::string log_format = "text";
-  int metrics_port = 0;
-  std::string metrics_address = "127.0.0.1";
-  int64_t drain_ms = 0;
   bool rank_from_hostname = false;
   app.add_option("--coordinator", coordinator,
                  "coordinator HOST:PORT (env CCL_COORDINATOR, or "
@@ -135,8 +120,6 @@ int main(int argc, char** argv) {
                  "address the data plane (Gloo TCP) binds to (default: the "
                  "advertised host)")
       ->envname("CCL_DATA_HOST");
-  app.add_option("--port-file", port_file,
-                 "write the bound port here once serving");
   app.add_option("--rank", rank,
                  "requested rank; -1 lets the coordinator assign one (env "
                  "CCL_RANK or RANK)")
@@ -152,24 +135,8 @@ int main(int argc, char** argv) {
   app.add_option("--register-timeout-ms", register_timeout_ms,
                  "how long to wait for the world to form")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
-      ->capture_default_str()
-      ->envname("CCL_LOG_LEVEL");
-  app.add_option("--log-format", log_format, "text or json (JSON lines)")
-      ->capture_default_str()
-      ->envname("CCL_LOG_FORMAT");
-  app.add_option("--metrics-port", metrics_port,
-                 "serve Prometheus text on http://ADDRESS:PORT/metrics; 0: off")
-      ->capture_default_str()
-      ->envname("CCL_METRICS_PORT");
-  app.add_option("--metrics-address", metrics_address,
-                 "address the metrics endpoint binds to")
-      ->capture_default_str()
-      ->envname("CCL_METRICS_ADDRESS");
-  app.add_option("--drain-ms", drain_ms,
-                 "on SIGTERM, report NOT_SERVING this long before leaving")
-      ->capture_default_str()
-      ->envname("CCL_DRAIN_MS");
+  ccl::DaemonFlags daemon;
+  ccl::AddDaemonFlags(app, daemon);
   app.add_flag("--rank-from-hostname", rank_from_hostname,
                "request the rank a StatefulSet pod name ends in (name-N)")
       ->envname("CCL_RANK_FROM_HOSTNAME");
@@ -205,8 +172,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  if (absl::Status s = ccl::SetupLogging(log_level, log_format, "ccworker");
-      !s.ok()) {
+  if (absl::Status s = ccl::SetupDaemonLogging(daemon, "ccworker"); !s.ok()) {
     std::fprintf(stderr, "ccworker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
@@ -306,17 +272,11 @@ int main(int argc, char** argv) {
   }
 
   metrics.Watch(core->get());
-  std::unique_ptr<ccl::MetricsHttpServer> metrics_server;
-  if (metrics_port > 0) {
-    auto started = ccl::MetricsHttpServer::Start(metrics_address, metrics_port,
-                                                 &metrics.registry());
-    if (!started.ok()) {
-      spdlog::error("ccworker: {}", started.status().ToString());
-      return 1;
-    }
-    metrics_server = *std::move(started);
-    std::printf("ccworker metrics on http://%s:%d/metrics\n",
-                metrics_address.c_str(), metrics_server->port());
+  auto metrics_server =
+      ccl::StartMetrics(daemon, &metrics.registry(), "ccworker");
+  if (!metrics_server.ok()) {
+    spdlog::error("ccworker: {}", metrics_server.status().ToString());
+    return 1;
   }
 
   const std::string worker_id = RandomWorkerId();
@@ -341,7 +301,10 @@ int main(int argc, char** argv) {
   service.set_address(address);
   std::printf("ccworker listening on %s\n", address.c_str());
   std::fflush(stdout);
-  if (!port_file.empty()) WritePortFile(port_file, bound_port);
+  if (absl::Status s = ccl::WritePortFile(daemon, bound_port); !s.ok()) {
+    spdlog::error("ccworker: {}", s.ToString());
+    return 1;
+  }
 
   ccl::v1::RegisterRequest request;
   request.set_address(address);
@@ -412,16 +375,16 @@ int main(int argc, char** argv) {
   // Probes and load balancers see NOT_SERVING first; then the grace period.
   health.SetReady(false);
   metrics.SetState("draining");
-  if (drain_ms > 0) {
-    spdlog::info("ccworker: draining for {} ms", drain_ms);
-    std::this_thread::sleep_for(std::chrono::milliseconds(drain_ms));
+  if (daemon.drain_ms > 0) {
+    spdlog::info("ccworker: draining for {} ms", daemon.drain_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(daemon.drain_ms));
   }
   absl::Status left = agent.Leave();
   if (!left.ok()) spdlog::warn("ccworker: deregister: {}", left.ToString());
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   (*core)->Shutdown();
   server->Wait();
-  if (metrics_server) metrics_server->Stop();
+  if (*metrics_server) (*metrics_server)->Stop();
   spdlog::info("ccworker: rank {} stopped", my_rank);
   return 0;
 }

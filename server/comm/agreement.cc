@@ -66,6 +66,14 @@ class AgreeingCommunicator final : public Communicator {
     return inner_->ExchangeHost(peer, mine, theirs, bytes, deadline);
   }
 
+  absl::StatusOr<std::unique_ptr<Communicator>> Shrink(
+      const std::vector<int>& excluded,
+      std::chrono::milliseconds timeout) override {
+    auto child = inner_->Shrink(excluded, timeout);
+    if (!child.ok()) return child.status();
+    return WithAgreement(*std::move(child));
+  }
+
   absl::StatusOr<std::unique_ptr<Communicator>> Split(
       const std::vector<int>& members, const std::string& name,
       std::chrono::milliseconds timeout) override {

@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/types.h"
 
 namespace ccl {
@@ -185,6 +186,17 @@ class Communicator {
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(
       const std::vector<int>& members, const std::string& name,
       std::chrono::milliseconds timeout) = 0;
+
+  // The communicator of this one's survivors when the ranks `excluded` (of
+  // this communicator) are gone, ranks renumbered in order: every survivor
+  // calls it, after which this communicator runs nothing more. Faster than
+  // a new rendezvous where the backend can do it (ncclCommShrink);
+  // UNIMPLEMENTED where it cannot (Gloo), and the caller builds anew.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Shrink(
+      const std::vector<int>& excluded, std::chrono::milliseconds timeout) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", name(), " backend cannot shrink a communicator"));
+  }
 };
 
 }  // namespace ccl

@@ -80,32 +80,6 @@ void FillBuffer(DType dtype, void* data, int64_t numel, const Fill& fill,
   }
 }
 
-FillDType ToFillDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return FillDType::kFloat32;
-    case DType::kFloat64:
-      return FillDType::kFloat64;
-    case DType::kFloat16:
-      return FillDType::kFloat16;
-    case DType::kBFloat16:
-      return FillDType::kBFloat16;
-    case DType::kInt8:
-      return FillDType::kInt8;
-    case DType::kUInt8:
-      return FillDType::kUInt8;
-    case DType::kInt32:
-      return FillDType::kInt32;
-    case DType::kInt64:
-      return FillDType::kInt64;
-    case DType::kFp8E4M3:
-      return FillDType::kFp8E4M3;
-    case DType::kFp8E5M2:
-      return FillDType::kFp8E5M2;
-  }
-  return FillDType::kFloat32;
-}
-
 std::optional<ElementFillParams> ElementFillFor(const Fill& fill, int rank,
                                                 int64_t numel) {
   ElementFillParams p;

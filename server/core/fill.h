@@ -21,8 +21,6 @@ double FillValue(const Fill& fill, int rank, int64_t index);
 void FillBuffer(DType dtype, void* data, int64_t numel, const Fill& fill,
                 int rank);
 
-FillDType ToFillDType(DType dtype);
-
 // The element-wise fills (arange, arange + rank, affine, random) as
 // parameters of ElementFillValue / the device fill kernel, which then give
 // exactly FillValue + StoreElement's bytes. nullopt for the other kinds, and

@@ -60,8 +60,7 @@ class CudaMemory final : public Memory {
     // Element-wise fills: by a kernel running the same code as the host
     // (fill_math.h), where that is bit-identical to FillBuffer.
     if (auto params = ElementFillFor(fill, rank, numel); params.has_value()) {
-      return cuda::FillElements(device_, ToFillDType(dtype), data, numel,
-                                *params);
+      return cuda::FillElements(device_, dtype, data, numel, *params);
     }
     // The rest (affine fills that could overflow or meet a NaN): computed on
     // the host (exactly FillBuffer's values and rounding) in chunks and

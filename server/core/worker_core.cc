@@ -10,13 +10,17 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/timer_queue.h"
 #include "server/comm/factory.h"
 #include "server/core/arrival_check.h"
 #include "server/core/executor.h"
@@ -26,6 +30,7 @@
 #include "server/core/op_work.h"
 #include "server/core/resolve.h"
 #include "server/core/tensor_store.h"
+#include "spdlog/spdlog.h"
 
 namespace ccl {
 namespace {
@@ -37,6 +42,15 @@ constexpr size_t kMaxRememberedWorks = 1 << 16;
 constexpr size_t kFlightRecords = 256;
 
 class WorkerCoreImpl final : public WorkerCore {
+ private:
+  // Requests waiting for a generation this worker has not reached.
+  struct GenerationWaiter {
+    int64_t generation = 0;
+    std::function<void(absl::Status)> ready;
+    TimerQueue::TimerId timer = 0;
+    bool fired = false;  // guarded by mutex_
+  };
+
  public:
   WorkerCoreImpl(WorkerConfig config, std::unique_ptr<Memory> memory)
       : config_(std::move(config)),
@@ -46,7 +60,7 @@ class WorkerCoreImpl final : public WorkerCore {
   ~WorkerCoreImpl() override { Shutdown(); }
 
   absl::Status FormWorld(int rank, int world_size, int64_t generation,
-                         KvStore& store) override {
+                         KvStore& store, const ShrinkInfo& shrink) override {
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", rank, " is not in a world of size ", world_size));
@@ -56,6 +70,9 @@ class WorkerCoreImpl final : public WorkerCore {
       if (shutdown_) {
         return absl::FailedPreconditionError("the worker is shut down");
       }
+      if (!reforming_since_)
+        reforming_since_ = std::chrono::system_clock::now();
+      forming_generation_ = generation;
     }
     {
       // The communicators of the generation being replaced go first: a NCCL
@@ -64,7 +81,14 @@ class WorkerCoreImpl final : public WorkerCore {
       std::vector<std::shared_ptr<Executor>> previous;
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (world_) previous.push_back(world_);
+        // The world's own communicator stays for a shrink: it is what
+        // shrinks (and aborts its ops as it does).
+        shrinking_ = shrink.from_generation != 0 && world_ &&
+                     shrink.from_generation == generation_;
+        if (world_) {
+          shrunk_world_ = shrinking_ ? world_ : nullptr;
+          if (!shrinking_) previous.push_back(world_);
+        }
         for (auto& [name, group] : groups_) {
           if (group.executor) previous.push_back(group.executor);
         }
@@ -82,9 +106,37 @@ class WorkerCoreImpl final : public WorkerCore {
     comm_config.prefix = prefix;
     comm_config.data_host = config_.data_host;
     comm_config.timeout = config_.default_op_timeout;
-    auto made = MakeCommunicator(comm_config, store);
+    const auto started = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<Communicator>> made =
+        absl::UnimplementedError("no shrink");
+    if (shrinking_) {
+      made = shrunk_world_->communicator().Shrink(shrink.excluded_ranks,
+                                                  config_.default_op_timeout);
+      shrunk_world_.reset();
+      if (absl::IsUnimplemented(made.status())) {
+        spdlog::info("ccworker: {}; a new rendezvous instead",
+                     std::string(made.status().message()));
+      }
+    }
+    const bool shrunk = made.ok();
+    if (!shrunk && !absl::IsUnimplemented(made.status())) {
+      return made.status();
+    }
+    if (!shrunk) made = MakeCommunicator(comm_config, store);
     if (!made.ok()) return made.status();
+    spdlog::info(
+        "ccworker: world communicator of generation {} ({} of {}) {} in {} ms",
+        generation, rank, world_size,
+        shrunk ? "shrunk from the last one" : "built",
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - started)
+            .count());
     std::shared_ptr<Communicator> comm = *std::move(made);
+    auto recreated = RecreateGroups(*comm, rank, world_size, store);
+    if (!recreated.ok()) {
+      comm->Abort(recreated.status());
+      return recreated.status();
+    }
     std::vector<int> world_ranks(static_cast<size_t>(world_size));
     std::iota(world_ranks.begin(), world_ranks.end(), 0);
     auto executor = std::make_shared<Executor>(
@@ -101,11 +153,14 @@ class WorkerCoreImpl final : public WorkerCore {
       old = std::move(world_);
       world_ = std::move(executor);
       old_groups.swap(groups_);
+      groups_ = *std::move(recreated);
       kv_ = &store;
       rank_ = rank;
       world_size_ = world_size;
       generation_ = generation;
+      reforming_since_.reset();
     }
+    ReleaseGenerationWaiters();
     const absl::Status replaced = absl::AbortedError(absl::StrCat(
         "generation ", generation, " replaced the world before the op ran"));
     // Stopping joins the old executors' threads, and a Gloo op inside its
@@ -533,6 +588,11 @@ class WorkerCoreImpl final : public WorkerCore {
   }
 
   void Shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+    }
+    ReleaseGenerationWaiters();
     std::shared_ptr<Executor> world;
     std::map<std::string, GroupEntry> groups;
     {
@@ -556,6 +616,51 @@ class WorkerCoreImpl final : public WorkerCore {
     store_.Clear();
   }
 
+  void AwaitGeneration(int64_t generation, std::chrono::milliseconds timeout,
+                       std::function<void(absl::Status)> ready) override {
+    auto waiter = std::make_shared<GenerationWaiter>();
+    waiter->generation = generation;
+    waiter->ready = std::move(ready);
+    bool now = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      now = !shutdown_ && world_ && generation_ >= generation;
+      if (!now) {
+        waiters_.push_back(waiter);
+        waiter->timer = timers_.ScheduleAfter(timeout, [this, waiter, timeout] {
+          GenerationTimedOut(waiter, timeout);
+        });
+      }
+    }
+    if (now) waiter->ready(absl::OkStatus());
+  }
+
+  void GenerationTimedOut(const std::shared_ptr<GenerationWaiter>& waiter,
+                          std::chrono::milliseconds timeout) {
+    {
+      std::string why;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (waiter->fired) return;
+        waiter->fired = true;
+        std::erase(waiters_, waiter);
+        why = absl::StrCat("this worker is in generation ", generation_,
+                           " and did not reach generation ", waiter->generation,
+                           " within ", timeout.count(), " ms");
+        if (reforming_since_) {
+          absl::StrAppend(
+              &why, "; the world has been re-forming (into generation ",
+              forming_generation_, ") for ",
+              std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::system_clock::now() - *reforming_since_)
+                  .count(),
+              " ms");
+        }
+      }
+      waiter->ready(absl::DeadlineExceededError(why));
+    }
+  }
+
   absl::Status CommunicatorHealth() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!world_) return absl::FailedPreconditionError("no world yet");
@@ -573,6 +678,92 @@ class WorkerCoreImpl final : public WorkerCore {
   }
 
  private:
+  struct GroupEntry {
+    std::vector<int> ranks;  // world ranks, in group-rank order
+    int group_rank = -1;     // -1: not a member
+    bool creating = true;
+    std::shared_ptr<Executor> executor;  // members, once created
+  };
+
+  // Subgroups outlive a re-form: the new world makes again every group the
+  // old one had, at the same point for every rank (inside FormWorld, before
+  // any op of the generation), so clients keep their groups without asking.
+  // A restarted worker remembers none, so the ranks pool what they know
+  // (two small exchanges on the new world); a world that changed size
+  // (--elastic shrink renumbers ranks) starts without groups.
+  absl::StatusOr<std::map<std::string, GroupEntry>> RecreateGroups(
+      Communicator& world, int rank, int world_size, KvStore& kv) {
+    std::string mine;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (world_size_ == world_size) {
+        for (const auto& [name, entry] : groups_) {
+          if (entry.creating) continue;
+          absl::StrAppend(&mine, name, "=", absl::StrJoin(entry.ranks, ","),
+                          ";");
+        }
+      }
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + config_.default_op_timeout;
+    const size_t n = static_cast<size_t>(world_size);
+    const int64_t length = static_cast<int64_t>(mine.size());
+    std::vector<int64_t> lengths(n);
+    CCL_RETURN_IF_ERROR(
+        world.AllGatherHost(&length, lengths.data(), sizeof(length), deadline));
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    std::map<std::string, GroupEntry> groups;
+    if (longest == 0) return groups;
+    std::string padded = mine;
+    padded.resize(static_cast<size_t>(longest), '\0');
+    std::string all(static_cast<size_t>(longest) * n, '\0');
+    CCL_RETURN_IF_ERROR(world.AllGatherHost(padded.data(), all.data(),
+                                            padded.size(), deadline));
+    // Every rank builds the same map: definitions by name, the lowest
+    // rank's where two differ.
+    std::map<std::string, std::vector<int>> definitions;
+    for (size_t r = 0; r < n; ++r) {
+      const std::string text = all.substr(r * longest, lengths[r]);
+      for (absl::string_view item :
+           absl::StrSplit(text, ';', absl::SkipEmpty())) {
+        std::pair<std::string, std::string> parts =
+            absl::StrSplit(item, absl::MaxSplits('=', 1));
+        std::vector<int> ranks;
+        bool valid = true;
+        for (absl::string_view value : absl::StrSplit(parts.second, ',')) {
+          int world_rank = 0;
+          valid = valid && absl::SimpleAtoi(value, &world_rank) &&
+                  world_rank >= 0 && world_rank < world_size;
+          ranks.push_back(world_rank);
+        }
+        if (valid) definitions.emplace(parts.first, std::move(ranks));
+      }
+    }
+    for (const auto& [name, ranks] : definitions) {
+      auto child = world.Split(ranks, name, config_.default_op_timeout);
+      if (!child.ok()) {
+        return absl::Status(child.status().code(),
+                            absl::StrCat("making group '", name,
+                                         "' again in the new generation: ",
+                                         child.status().message()));
+      }
+      GroupEntry& entry = groups[name];
+      entry.ranks = ranks;
+      entry.creating = false;
+      auto it = std::find(ranks.begin(), ranks.end(), rank);
+      entry.group_rank =
+          it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+      if (*child) {
+        entry.executor = std::make_shared<Executor>(
+            name, entry.group_rank,
+            std::shared_ptr<Communicator>(*std::move(child)),
+            config_.seq_gap_timeout,
+            ArrivalCheck(&kv, name, entry.group_rank, ranks));
+      }
+    }
+    return groups;
+  }
+
   // Normalizes the group name and the generation (0: the current one) and
   // checks the generation.
   absl::StatusOr<std::shared_ptr<Executor>> FindGroup(OpSpec& spec) const {
@@ -688,6 +879,27 @@ class WorkerCoreImpl final : public WorkerCore {
     for (FlightEntry& entry : entries) flight_.Record(std::move(entry));
   }
 
+  // Runs the waiters whose generation has come (all of them, failed, once
+  // shut down). Never under mutex_: `ready` submits work.
+  void ReleaseGenerationWaiters() {
+    std::vector<std::pair<std::shared_ptr<GenerationWaiter>, absl::Status>> due;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::erase_if(waiters_, [&](const std::shared_ptr<GenerationWaiter>& w) {
+        if (!shutdown_ && generation_ < w->generation) return false;
+        w->fired = true;
+        due.emplace_back(
+            w, shutdown_ ? absl::CancelledError("the worker is shutting down")
+                         : absl::OkStatus());
+        return true;
+      });
+    }
+    for (auto& [waiter, status] : due) {
+      timers_.Cancel(waiter->timer);
+      waiter->ready(status);
+    }
+  }
+
   void Remember(const std::shared_ptr<Work>& work) {
     std::lock_guard<std::mutex> lock(works_mutex_);
     works_.emplace(work->id(), work);
@@ -715,12 +927,6 @@ class WorkerCoreImpl final : public WorkerCore {
   // The KV store of the current generation (FormWorld's), for the arrival
   // check of subgroups.
   KvStore* kv_ = nullptr;
-  struct GroupEntry {
-    std::vector<int> ranks;  // world ranks, in group-rank order
-    int group_rank = -1;     // -1: not a member
-    bool creating = true;
-    std::shared_ptr<Executor> executor;  // members, once created
-  };
   std::map<std::string, GroupEntry> groups_;
   // Stop the executors of replaced generations (see FormWorld).
   struct Reaper {
@@ -728,6 +934,14 @@ class WorkerCoreImpl final : public WorkerCore {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Reaper> reapers_;
+  std::vector<std::shared_ptr<GenerationWaiter>> waiters_;
+  std::optional<std::chrono::system_clock::time_point> reforming_since_;
+  // FormWorld's thread only: whether this re-form shrinks the old world's
+  // communicator, and that world's executor meanwhile.
+  bool shrinking_ = false;
+  std::shared_ptr<Executor> shrunk_world_;
+  int64_t forming_generation_ = 0;
+  TimerQueue timers_;
 
   std::atomic<int64_t> next_work_id_{1};
   std::mutex works_mutex_;

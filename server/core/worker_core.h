@@ -25,6 +25,13 @@
 
 namespace ccl {
 
+// This generation is `from_generation` without `excluded_ranks` (ranks of
+// that generation); from_generation 0: not a shrink.
+struct ShrinkInfo {
+  int64_t from_generation = 0;
+  std::vector<int> excluded_ranks;
+};
+
 struct PlanSpec {
   std::string group = kWorldGroup;
   int64_t seq = 0;
@@ -69,8 +76,13 @@ class WorkerCore {
   // that may block (the worker's main thread), not a gRPC thread. `store`
   // must outlive the generation (subgroups rendezvous through it too); a
   // new generation drops the subgroups of the old one.
+  // `shrink`, when set, says this generation is the worker's current one
+  // without some of its ranks (--elastic shrink); the world communicator is
+  // then shrunk where the backend can (ncclCommShrink), which is faster
+  // than a new rendezvous.
   virtual absl::Status FormWorld(int rank, int world_size, int64_t generation,
-                                 KvStore& store) = 0;
+                                 KvStore& store,
+                                 const ShrinkInfo& shrink = ShrinkInfo()) = 0;
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
@@ -149,6 +161,17 @@ class WorkerCore {
   virtual absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
       const std::string& name, std::vector<int> ranks, int64_t world_seq,
       std::chrono::milliseconds timeout) = 0;
+
+  // Runs `ready` once this worker is in generation `generation` or later:
+  // at once if it already is, else when FormWorld gets there (a request
+  // stamped with a generation the coordinator already announced, while this
+  // worker is still re-forming, waits instead of failing). After `timeout`,
+  // DEADLINE_EXCEEDED saying the world is re-forming and since when.
+  // `ready` runs on the thread that forms the world or on a timer thread
+  // and must not block.
+  virtual void AwaitGeneration(int64_t generation,
+                               std::chrono::milliseconds timeout,
+                               std::function<void(absl::Status)> ready) = 0;
 
   // OK while the world's and every subgroup's communicator are usable; the
   // first broken one's reason otherwise (the worker then asks for a new

@@ -85,23 +85,22 @@ __device__ double Pattern(bool prod, int rank, int64_t index) {
 
 template <typename T>
 __device__ double Reduced(const CheckSpec& s, int64_t index) {
-  const bool prod = s.reduce == CheckReduce::kProd;
+  const bool prod = s.reduce == ReduceOp::kProd;
   auto contribution = [&](int rank) {
     const double v = Pattern(prod, rank, index);
-    return s.reduce == CheckReduce::kPremulSum ? Round<T>(v * s.premul_scale)
-                                               : v;
+    return s.reduce == ReduceOp::kPremulSum ? Round<T>(v * s.premul_scale) : v;
   };
   double acc = contribution(0);
   for (int r = 1; r < s.world; ++r) {
     const double v = contribution(r);
     switch (s.reduce) {
-      case CheckReduce::kProd:
+      case ReduceOp::kProd:
         acc *= v;
         break;
-      case CheckReduce::kMin:
+      case ReduceOp::kMin:
         acc = fmin(acc, v);
         break;
-      case CheckReduce::kMax:
+      case ReduceOp::kMax:
         acc = fmax(acc, v);
         break;
       default:
@@ -109,7 +108,7 @@ __device__ double Reduced(const CheckSpec& s, int64_t index) {
         break;
     }
   }
-  if (s.reduce == CheckReduce::kAvg) {
+  if (s.reduce == ReduceOp::kAvg) {
     acc = s.floating ? acc / s.world : trunc(acc / s.world);
   }
   return Round<T>(acc);
@@ -127,7 +126,7 @@ __global__ void FillPatternKernel(T* data, int64_t n, bool prod, int rank) {
 template <typename T>
 __global__ void CountWrongKernel(const T* out, CheckSpec s,
                                  unsigned long long* wrong) {
-  const bool prod = s.reduce == CheckReduce::kProd;
+  const bool prod = s.reduce == ReduceOp::kProd;
   unsigned long long local = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -155,23 +154,23 @@ int Blocks(int64_t n) {
 }
 
 template <typename F>
-cudaError_t Dispatch(CheckType type, F&& f) {
+cudaError_t Dispatch(DType type, F&& f) {
   switch (type) {
-    case CheckType::kFloat32:
+    case DType::kFloat32:
       return f(static_cast<float*>(nullptr));
-    case CheckType::kFloat64:
+    case DType::kFloat64:
       return f(static_cast<double*>(nullptr));
-    case CheckType::kFloat16:
+    case DType::kFloat16:
       return f(static_cast<__half*>(nullptr));
-    case CheckType::kBFloat16:
+    case DType::kBFloat16:
       return f(static_cast<__nv_bfloat16*>(nullptr));
-    case CheckType::kInt8:
+    case DType::kInt8:
       return f(static_cast<int8_t*>(nullptr));
-    case CheckType::kUInt8:
+    case DType::kUInt8:
       return f(static_cast<uint8_t*>(nullptr));
-    case CheckType::kInt32:
+    case DType::kInt32:
       return f(static_cast<int32_t*>(nullptr));
-    case CheckType::kInt64:
+    case DType::kInt64:
       return f(static_cast<int64_t*>(nullptr));
   }
   return cudaErrorInvalidValue;
@@ -179,7 +178,7 @@ cudaError_t Dispatch(CheckType type, F&& f) {
 
 }  // namespace
 
-cudaError_t LaunchFillPattern(void* data, int64_t n, CheckType type, bool prod,
+cudaError_t LaunchFillPattern(void* data, int64_t n, DType type, bool prod,
                               int rank, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   return Dispatch(type, [&](auto* tag) {

@@ -9,29 +9,17 @@
 
 #include <cstdint>
 
+#include "common/dtype.h"
+
 namespace ccl::cuda {
-
-enum class CheckType : int {
-  kFloat32,
-  kFloat64,
-  kFloat16,
-  kBFloat16,
-  kInt8,
-  kUInt8,
-  kInt32,
-  kInt64,
-};
-
-// Same order as ccl::ReduceOp's cases that matter here.
-enum class CheckReduce : int { kSum, kProd, kMin, kMax, kAvg, kPremulSum };
 
 // What output element k of a rank should hold:
 //   reduced:  the reduction over `world` ranks of element idx_base + k;
 //   chunked:  rank k / chunk's pattern at idx_base + k % chunk;
 //   else:     rank `src`'s pattern at idx_base + k.
 struct CheckSpec {
-  CheckType type = CheckType::kFloat32;
-  CheckReduce reduce = CheckReduce::kSum;
+  DType type = DType::kFloat32;
+  ReduceOp reduce = ReduceOp::kSum;
   double premul_scale = 1.0;
   int world = 1;
   int64_t count = 0;
@@ -47,7 +35,7 @@ struct CheckSpec {
 };
 
 // data[i] = pattern(rank, i) for i < n, on `stream`.
-cudaError_t LaunchFillPattern(void* data, int64_t n, CheckType type, bool prod,
+cudaError_t LaunchFillPattern(void* data, int64_t n, DType type, bool prod,
                               int rank, cudaStream_t stream);
 
 // Adds the number of wrong elements of `output` to *wrong (device memory).

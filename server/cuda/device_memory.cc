@@ -169,8 +169,8 @@ absl::Status FillRepeated(int device, void* data, size_t bytes,
   return absl::OkStatus();
 }
 
-absl::Status FillElements(int device, FillDType dtype, void* data,
-                          int64_t numel, const ElementFillParams& params) {
+absl::Status FillElements(int device, DType dtype, void* data, int64_t numel,
+                          const ElementFillParams& params) {
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   CCL_CUDA_RETURN_IF_ERROR(
       LaunchElementFill(dtype, data, numel, params, nullptr));

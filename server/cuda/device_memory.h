@@ -35,7 +35,7 @@ absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes);
 absl::Status FillZeros(int device, void* data, size_t bytes);
 absl::Status FillRepeated(int device, void* data, size_t bytes,
                           const void* pattern, int pattern_bytes);
-absl::Status FillElements(int device, FillDType dtype, void* data,
-                          int64_t numel, const ElementFillParams& params);
+absl::Status FillElements(int device, DType dtype, void* data, int64_t numel,
+                          const ElementFillParams& params);
 
 }  // namespace ccl::cuda

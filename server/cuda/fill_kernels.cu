@@ -30,7 +30,7 @@ cudaError_t Launch(void* dst, size_t bytes, const void* pattern,
   return cudaGetLastError();
 }
 
-template <FillDType D>
+template <DType D>
 __global__ void ElementFillKernel(void* dst, int64_t numel,
                                   ElementFillParams params) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -40,7 +40,7 @@ __global__ void ElementFillKernel(void* dst, int64_t numel,
   }
 }
 
-template <FillDType D>
+template <DType D>
 cudaError_t LaunchElement(void* dst, int64_t numel,
                           const ElementFillParams& params,
                           cudaStream_t stream) {
@@ -53,31 +53,31 @@ cudaError_t LaunchElement(void* dst, int64_t numel,
 
 }  // namespace
 
-cudaError_t LaunchElementFill(FillDType dtype, void* dst, int64_t numel,
+cudaError_t LaunchElementFill(DType dtype, void* dst, int64_t numel,
                               const ElementFillParams& params,
                               cudaStream_t stream) {
   if (numel <= 0) return cudaSuccess;
   switch (dtype) {
-    case FillDType::kFloat32:
-      return LaunchElement<FillDType::kFloat32>(dst, numel, params, stream);
-    case FillDType::kFloat64:
-      return LaunchElement<FillDType::kFloat64>(dst, numel, params, stream);
-    case FillDType::kFloat16:
-      return LaunchElement<FillDType::kFloat16>(dst, numel, params, stream);
-    case FillDType::kBFloat16:
-      return LaunchElement<FillDType::kBFloat16>(dst, numel, params, stream);
-    case FillDType::kInt8:
-      return LaunchElement<FillDType::kInt8>(dst, numel, params, stream);
-    case FillDType::kUInt8:
-      return LaunchElement<FillDType::kUInt8>(dst, numel, params, stream);
-    case FillDType::kInt32:
-      return LaunchElement<FillDType::kInt32>(dst, numel, params, stream);
-    case FillDType::kInt64:
-      return LaunchElement<FillDType::kInt64>(dst, numel, params, stream);
-    case FillDType::kFp8E4M3:
-      return LaunchElement<FillDType::kFp8E4M3>(dst, numel, params, stream);
-    case FillDType::kFp8E5M2:
-      return LaunchElement<FillDType::kFp8E5M2>(dst, numel, params, stream);
+    case DType::kFloat32:
+      return LaunchElement<DType::kFloat32>(dst, numel, params, stream);
+    case DType::kFloat64:
+      return LaunchElement<DType::kFloat64>(dst, numel, params, stream);
+    case DType::kFloat16:
+      return LaunchElement<DType::kFloat16>(dst, numel, params, stream);
+    case DType::kBFloat16:
+      return LaunchElement<DType::kBFloat16>(dst, numel, params, stream);
+    case DType::kInt8:
+      return LaunchElement<DType::kInt8>(dst, numel, params, stream);
+    case DType::kUInt8:
+      return LaunchElement<DType::kUInt8>(dst, numel, params, stream);
+    case DType::kInt32:
+      return LaunchElement<DType::kInt32>(dst, numel, params, stream);
+    case DType::kInt64:
+      return LaunchElement<DType::kInt64>(dst, numel, params, stream);
+    case DType::kFp8E4M3:
+      return LaunchElement<DType::kFp8E4M3>(dst, numel, params, stream);
+    case DType::kFp8E5M2:
+      return LaunchElement<DType::kFp8E5M2>(dst, numel, params, stream);
   }
   return cudaErrorInvalidValue;
 }

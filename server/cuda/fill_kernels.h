@@ -18,7 +18,7 @@ cudaError_t LaunchReplicate(void* dst, size_t bytes, const void* pattern,
 // Writes element i of the `numel`-element `dtype` tensor at `dst` as
 // StoreFillElement<dtype>(ElementFillValue(params, i)) (fill_math.h), for
 // i in [0, numel).
-cudaError_t LaunchElementFill(FillDType dtype, void* dst, int64_t numel,
+cudaError_t LaunchElementFill(DType dtype, void* dst, int64_t numel,
                               const ElementFillParams& params,
                               cudaStream_t stream);
 

@@ -31,21 +31,9 @@
 #define CCL_HD
 #endif
 
-namespace ccl {
+#include "common/dtype.h"
 
-// The dtypes, in a vocabulary that does not pull in common/types.h (absl).
-enum class FillDType : int {
-  kFloat32,
-  kFloat64,
-  kFloat16,
-  kBFloat16,
-  kInt8,
-  kUInt8,
-  kInt32,
-  kInt64,
-  kFp8E4M3,
-  kFp8E5M2,
-};
+namespace ccl {
 
 enum class ElementFillKind : int { kArange, kArangePlusRank, kAffine, kRandom };
 
@@ -156,33 +144,33 @@ CCL_HD inline double ElementFillValue(const ElementFillParams& p,
 }
 
 // StoreElement (common/element.cc) of `value` at element `index`.
-template <FillDType D>
+template <DType D>
 CCL_HD inline void StoreFillElement(void* data, int64_t index, double value) {
   using fill_math::EncodeSmallFloat;
   using fill_math::SaturatingCast;
-  if constexpr (D == FillDType::kFloat32) {
+  if constexpr (D == DType::kFloat32) {
     static_cast<float*>(data)[index] = static_cast<float>(value);
-  } else if constexpr (D == FillDType::kFloat64) {
+  } else if constexpr (D == DType::kFloat64) {
     static_cast<double*>(data)[index] = value;
-  } else if constexpr (D == FillDType::kFloat16) {
+  } else if constexpr (D == DType::kFloat16) {
     static_cast<uint16_t*>(data)[index] =
         static_cast<uint16_t>(EncodeSmallFloat(value, 5, 10, true));
-  } else if constexpr (D == FillDType::kBFloat16) {
+  } else if constexpr (D == DType::kBFloat16) {
     static_cast<uint16_t*>(data)[index] =
         static_cast<uint16_t>(EncodeSmallFloat(value, 8, 7, true));
-  } else if constexpr (D == FillDType::kInt8) {
+  } else if constexpr (D == DType::kInt8) {
     static_cast<int8_t*>(data)[index] =
         SaturatingCast<int8_t>(value, INT8_MIN, INT8_MAX);
-  } else if constexpr (D == FillDType::kUInt8) {
+  } else if constexpr (D == DType::kUInt8) {
     static_cast<uint8_t*>(data)[index] =
         SaturatingCast<uint8_t>(value, 0, UINT8_MAX);
-  } else if constexpr (D == FillDType::kInt32) {
+  } else if constexpr (D == DType::kInt32) {
     static_cast<int32_t*>(data)[index] =
         SaturatingCast<int32_t>(value, INT32_MIN, INT32_MAX);
-  } else if constexpr (D == FillDType::kInt64) {
+  } else if constexpr (D == DType::kInt64) {
     static_cast<int64_t*>(data)[index] =
         SaturatingCast<int64_t>(value, INT64_MIN, INT64_MAX);
-  } else if constexpr (D == FillDType::kFp8E4M3) {
+  } else if constexpr (D == DType::kFp8E4M3) {
     static_cast<uint8_t*>(data)[index] =
         static_cast<uint8_t>(EncodeSmallFloat(value, 4, 3, false));
   } else {
@@ -192,29 +180,29 @@ CCL_HD inline void StoreFillElement(void* data, int64_t index, double value) {
 }
 
 // Host dispatch of StoreFillElement, for tests and the host fallback.
-inline void StoreFillElement(FillDType dtype, void* data, int64_t index,
+inline void StoreFillElement(DType dtype, void* data, int64_t index,
                              double value) {
   switch (dtype) {
-    case FillDType::kFloat32:
-      return StoreFillElement<FillDType::kFloat32>(data, index, value);
-    case FillDType::kFloat64:
-      return StoreFillElement<FillDType::kFloat64>(data, index, value);
-    case FillDType::kFloat16:
-      return StoreFillElement<FillDType::kFloat16>(data, index, value);
-    case FillDType::kBFloat16:
-      return StoreFillElement<FillDType::kBFloat16>(data, index, value);
-    case FillDType::kInt8:
-      return StoreFillElement<FillDType::kInt8>(data, index, value);
-    case FillDType::kUInt8:
-      return StoreFillElement<FillDType::kUInt8>(data, index, value);
-    case FillDType::kInt32:
-      return StoreFillElement<FillDType::kInt32>(data, index, value);
-    case FillDType::kInt64:
-      return StoreFillElement<FillDType::kInt64>(data, index, value);
-    case FillDType::kFp8E4M3:
-      return StoreFillElement<FillDType::kFp8E4M3>(data, index, value);
-    case FillDType::kFp8E5M2:
-      return StoreFillElement<FillDType::kFp8E5M2>(data, index, value);
+    case DType::kFloat32:
+      return StoreFillElement<DType::kFloat32>(data, index, value);
+    case DType::kFloat64:
+      return StoreFillElement<DType::kFloat64>(data, index, value);
+    case DType::kFloat16:
+      return StoreFillElement<DType::kFloat16>(data, index, value);
+    case DType::kBFloat16:
+      return StoreFillElement<DType::kBFloat16>(data, index, value);
+    case DType::kInt8:
+      return StoreFillElement<DType::kInt8>(data, index, value);
+    case DType::kUInt8:
+      return StoreFillElement<DType::kUInt8>(data, index, value);
+    case DType::kInt32:
+      return StoreFillElement<DType::kInt32>(data, index, value);
+    case DType::kInt64:
+      return StoreFillElement<DType::kInt64>(data, index, value);
+    case DType::kFp8E4M3:
+      return StoreFillElement<DType::kFp8E4M3>(data, index, value);
+    case DType::kFp8E5M2:
+      return StoreFillElement<DType::kFp8E5M2>(data, index, value);
   }
 }
 

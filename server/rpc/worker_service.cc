@@ -116,66 +116,6 @@ class ReadReactor final : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
   v1::ReadTensorChunk chunk_;
 };
 
-// Answers a unary call when its work completes. A client that cancels the
-// call cancels the work (Work::RequestCancel). Work that can be withdrawn
-// (Work::withdrawable) and is still queued a little before the call's
-// deadline is withdrawn then, and the call answered DEADLINE_EXCEEDED with
-// what it waited for (the seq a dead client never sent, say): the client
-// hears why, not gRPC's bare "Deadline Exceeded", and no rank runs an op its
-// caller has given up on.
-//
-// The work's completion and the timer race to answer; whichever wins the
-// shared flag finishes the reactor, and only the winner touches it (gRPC
-// deletes it after Finish).
-class WorkReactor final : public grpc::ServerUnaryReactor {
- public:
-  using Respond = std::function<absl::Status()>;
-  using WhyQueued = std::function<std::string()>;
-
-  WorkReactor(std::shared_ptr<Work> work, Respond respond,
-              grpc::CallbackServerContext* context, TimerQueue& timers,
-              WhyQueued why_queued, int rank)
-      : work_(std::move(work)) {
-    auto answered = std::make_shared<std::atomic<bool>>(false);
-    TimerQueue::TimerId timer = 0;
-    const auto deadline = context->deadline();
-    if (deadline != std::chrono::system_clock::time_point::max() &&
-        work_->withdrawable()) {
-      // Time for the answer to travel back: a tenth of the call, within
-      // [100 ms, 2 s].
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::system_clock::now());
-      const auto margin = std::clamp(left / 10, std::chrono::milliseconds(100),
-                                     std::chrono::milliseconds(2000));
-      const auto at = std::chrono::steady_clock::now() + (left - margin);
-      work_->SetCallDeadline(at);
-      timer = timers.Schedule(
-          at, [answered, work = work_, self = this,
-               why_queued = std::move(why_queued), rank] {
-            if (!work->TryWithdraw()) return;  // it runs; its end answers
-            if (answered->exchange(true)) return;
-            self->Finish(grpc::Status(
-                grpc::StatusCode::DEADLINE_EXCEEDED,
-                absl::StrCat(work->Describe(), " was still queued at rank ",
-                             rank, " as the call's deadline came: ",
-                             why_queued(),
-                             ". It was withdrawn: no rank runs it")));
-          });
-    }
-    work_->OnDone([answered, self = this, respond = std::move(respond),
-                   timers = &timers, timer] {
-      if (answered->exchange(true)) return;
-      if (timer != 0) timers->Cancel(timer);
-      self->Finish(ToGrpcStatus(respond()));
-    });
-  }
-  void OnCancel() override { work_->RequestCancel(); }
-  void OnDone() override { delete this; }
-
- private:
-  const std::shared_ptr<Work> work_;
-};
-
 // Answers a request that failed validation before any reactor work.
 class RejectedReadReactor final
     : public grpc::ServerWriteReactor<v1::ReadTensorChunk> {
@@ -247,6 +187,85 @@ class WriteReactor final
 };
 
 }  // namespace
+
+// Answers a unary call that starts work: at once with an error, or when its
+// work completes. A client that cancels the call cancels the work
+// (Work::RequestCancel), also one attached after the cancel came.
+//
+// Work that can be withdrawn (Work::withdrawable) and is still queued a
+// little before the call's deadline is withdrawn then, and the call is
+// answered DEADLINE_EXCEEDED with what it waited for (the seq a dead client
+// never sent, say): the client hears why, not gRPC's bare "Deadline
+// Exceeded", and no rank runs an op its caller has given up on. The work's
+// completion and that timer race to answer; whichever wins the shared flag
+// finishes the reactor, and only the winner touches it (gRPC deletes it
+// after Finish).
+class CallReactor final : public grpc::ServerUnaryReactor {
+ public:
+  CallReactor(grpc::CallbackServerContext* context, TimerQueue& timers,
+              int rank)
+      : deadline_(context->deadline()), timers_(timers), rank_(rank) {}
+
+  void Fail(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  // Says why the work attached next is still queued, should its call's
+  // deadline come first; without one, the work is not withdrawn at the
+  // deadline.
+  void ExplainQueue(std::function<std::string()> why_queued) {
+    why_queued_ = std::move(why_queued);
+  }
+  void Attach(std::shared_ptr<Work> work,
+              std::function<absl::Status()> respond) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      work_ = work;
+      if (cancelled_) work->RequestCancel();
+    }
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    TimerQueue::TimerId timer = 0;
+    if (deadline_ != std::chrono::system_clock::time_point::max() &&
+        why_queued_ && work->withdrawable()) {
+      // Time for the answer to travel back: a tenth of the call, within
+      // [100 ms, 2 s].
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline_ - std::chrono::system_clock::now());
+      const auto margin = std::clamp(left / 10, std::chrono::milliseconds(100),
+                                     std::chrono::milliseconds(2000));
+      const auto at = std::chrono::steady_clock::now() + (left - margin);
+      work->SetCallDeadline(at);
+      timer = timers_.Schedule(at, [answered, work, self = this,
+                                    why_queued = why_queued_, rank = rank_] {
+        if (!work->TryWithdraw()) return;  // it runs; its end answers
+        if (answered->exchange(true)) return;
+        self->Finish(grpc::Status(
+            grpc::StatusCode::DEADLINE_EXCEEDED,
+            absl::StrCat(work->Describe(), " was still queued at rank ", rank,
+                         " as the call's deadline came: ", why_queued(),
+                         ". It was withdrawn: no rank runs it")));
+      });
+    }
+    work->OnDone([answered, self = this, respond = std::move(respond),
+                  timers = &timers_, timer] {
+      if (answered->exchange(true)) return;
+      if (timer != 0) timers->Cancel(timer);
+      self->Finish(ToGrpcStatus(respond()));
+    });
+  }
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled_ = true;
+    if (work_) work_->RequestCancel();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::chrono::system_clock::time_point deadline_;
+  TimerQueue& timers_;
+  const int rank_;
+  std::function<std::string()> why_queued_;
+  std::mutex mutex_;
+  bool cancelled_ = false;
+  std::shared_ptr<Work> work_;
+};
 
 WorkerService::WorkerService(WorkerCore& core, WorkerIdentity identity,
                              RequestLimits limits)
@@ -356,6 +375,29 @@ grpc::ServerUnaryReactor* WorkerService::SummarizeTensor(
   return reactor;
 }
 
+// A request stamped with a generation this worker has not reached yet (the
+// coordinator announced it; this worker is still re-forming) waits for it,
+// bounded by the request's timeout, instead of failing.
+void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
+                                 CallReactor* reactor,
+                                 std::function<void()> start) {
+  if (generation <= core_.generation()) {
+    start();
+    return;
+  }
+  const std::chrono::milliseconds timeout =
+      timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms)
+                     : core_.config().default_op_timeout;
+  core_.AwaitGeneration(generation, timeout,
+                        [reactor, start = std::move(start)](absl::Status s) {
+                          if (s.ok()) {
+                            start();
+                          } else {
+                            reactor->Fail(s);
+                          }
+                        });
+}
+
 grpc::ServerUnaryReactor* WorkerService::Submit(
     grpc::CallbackServerContext* context, const v1::OpRequest* request,
     v1::OpResponse* response) {
@@ -364,26 +406,29 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
     return Finish(context, core_.Refuse(request->group(), request->seq(), 1,
                                         request->generation(), spec.status()));
   }
-  auto work = core_.Submit(*spec);
-  if (!work.ok()) return Finish(context, work.status());
-  response->set_rank(core_.rank());
-  response->set_generation(core_.generation());
-  response->set_group(spec->group);
-  response->set_seq(spec->seq);
-  if (spec->async) {
-    response->set_work_id((*work)->id());
-    response->set_state(StateToProto((*work)->state()));
-    return Finish(context, absl::OkStatus());
-  }
-  Work* raw = work->get();
-  return new WorkReactor(
-      *work,
-      [raw, response] {
-        response->set_state(StateToProto(raw->state()));
-        *response->mutable_timing() = TimingToProto(raw->timing());
-        return raw->status();
-      },
-      context, timers_, WhyQueuedFor(spec->group, spec->seq), core_.rank());
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
+  InGeneration(spec->generation, request->timeout_ms(), reactor,
+               [this, spec = *std::move(spec), reactor, response] {
+                 auto work = core_.Submit(spec);
+                 if (!work.ok()) return reactor->Fail(work.status());
+                 response->set_rank(core_.rank());
+                 response->set_generation(core_.generation());
+                 response->set_group(spec.group);
+                 response->set_seq(spec.seq);
+                 Work* raw = work->get();
+                 if (spec.async) {
+                   response->set_work_id(raw->id());
+                   response->set_state(StateToProto(raw->state()));
+                   return reactor->Fail(absl::OkStatus());
+                 }
+                 reactor->ExplainQueue(WhyQueuedFor(spec.group, spec.seq));
+                 reactor->Attach(*work, [raw, response] {
+                   response->set_state(StateToProto(raw->state()));
+                   *response->mutable_timing() = TimingToProto(raw->timing());
+                   return raw->status();
+                 });
+               });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
@@ -396,37 +441,44 @@ grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
                                         std::max(1, request->ops_size()),
                                         request->generation(), plan.status()));
   }
-  auto work = core_.SubmitPlan(*plan);
-  if (!work.ok()) return Finish(context, work.status());
-  response->set_rank(core_.rank());
-  response->set_generation(core_.generation());
-  response->set_group(plan->group);
-  response->set_seq(plan->seq);
-  PlanWork* held = work->get();
-  return new WorkReactor(
-      *work,
-      [held, response] {
-    const std::vector<PlanOpResult> results = held->results();
-    const std::vector<OpSpec>& specs = held->op_specs();
-    for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
-      v1::WorkStatus* out = response->add_results();
-      out->set_work_id(held->id());
-      out->set_kind(ToProto(specs[i].kind));
-      out->set_group(specs[i].group);
-      out->set_seq(specs[i].seq);
-      out->set_state(results[i].status.ok() ? v1::WORK_STATE_COMPLETED
-                                            : v1::WORK_STATE_FAILED);
-      if (!results[i].status.ok()) {
-        out->set_error_code(static_cast<int32_t>(results[i].status.code()));
-        out->set_error_message(std::string(results[i].status.message()));
-      }
-      out->mutable_timing()->set_device_us(results[i].device_us);
-    }
-    // Each op's outcome is in the results; the call succeeded if the plan
-    // was run, whatever its ops did.
-    return absl::OkStatus();
-      },
-      context, timers_, WhyQueuedFor(plan->group, plan->seq), core_.rank());
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
+  const int64_t timeout_ms =
+      request->ops_size() > 0 ? request->ops(0).timeout_ms() : 0;
+  InGeneration(
+      plan->generation, timeout_ms, reactor,
+      [this, plan = *std::move(plan), reactor, response] {
+        auto work = core_.SubmitPlan(plan);
+        if (!work.ok()) return reactor->Fail(work.status());
+        response->set_rank(core_.rank());
+        response->set_generation(core_.generation());
+        response->set_group(plan.group);
+        response->set_seq(plan.seq);
+        PlanWork* held = work->get();
+        reactor->ExplainQueue(WhyQueuedFor(plan.group, plan.seq));
+        reactor->Attach(*work, [held, response] {
+          const std::vector<PlanOpResult> results = held->results();
+          const std::vector<OpSpec>& specs = held->op_specs();
+          for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
+            v1::WorkStatus* out = response->add_results();
+            out->set_work_id(held->id());
+            out->set_kind(ToProto(specs[i].kind));
+            out->set_group(specs[i].group);
+            out->set_seq(specs[i].seq);
+            out->set_state(results[i].status.ok() ? v1::WORK_STATE_COMPLETED
+                                                  : v1::WORK_STATE_FAILED);
+            if (!results[i].status.ok()) {
+              out->set_error_code(
+                  static_cast<int32_t>(results[i].status.code()));
+              out->set_error_message(std::string(results[i].status.message()));
+            }
+            out->mutable_timing()->set_device_us(results[i].device_us);
+          }
+          // Each op's outcome is in the results; the call succeeded if the
+          // plan was run, whatever its ops did.
+          return absl::OkStatus();
+        });
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::ReleaseSequence(
@@ -452,26 +504,30 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
     return Finish(context, core_.Refuse(op.group(), op.seq(), 1,
                                         op.generation(), spec.status()));
   }
-  auto work = core_.Bench(*spec, BenchOptionsFromProto(*request));
-  if (!work.ok()) return Finish(context, work.status());
-  BenchWork* held = work->get();
-  const int rank = core_.rank();
-  return new WorkReactor(
-      *work,
-      [held, response, rank] {
-    const absl::Status status = held->status();
-    if (status.ok()) {
-      const BenchResult result = held->result();
-      response->set_rank(rank);
-      response->set_time_us(result.time_us);
-      response->set_avg_us(result.avg_us);
-      response->set_min_us(result.min_us);
-      response->set_max_us(result.max_us);
-      response->set_wrong(result.wrong);
-    }
-    return status;
-      },
-      context, timers_, WhyQueuedFor(spec->group, spec->seq), rank);
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
+  InGeneration(spec->generation, op.timeout_ms(), reactor,
+               [this, spec = *std::move(spec),
+                options = BenchOptionsFromProto(*request), reactor, response] {
+                 auto work = core_.Bench(spec, options);
+                 if (!work.ok()) return reactor->Fail(work.status());
+                 BenchWork* held = work->get();
+                 const int rank = core_.rank();
+                 reactor->ExplainQueue(WhyQueuedFor(spec.group, spec.seq));
+                 reactor->Attach(*work, [held, response, rank] {
+                   const absl::Status status = held->status();
+                   if (status.ok()) {
+                     const BenchResult result = held->result();
+                     response->set_rank(rank);
+                     response->set_time_us(result.time_us);
+                     response->set_avg_us(result.avg_us);
+                     response->set_min_us(result.min_us);
+                     response->set_max_us(result.max_us);
+                     response->set_wrong(result.wrong);
+                   }
+                   return status;
+                 });
+               });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* WorkerService::Wait(
@@ -557,22 +613,21 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   auto work =
       core_.CreateGroup(request->name(), ranks, request->seq(), timeout);
   if (!work.ok()) return Finish(context, work.status());
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
   Work* held = work->get();
   WorkerCore* core = &core_;
   const std::string name = request->name();
-  return new WorkReactor(
-      *work,
-      [held, response, core, name] {
-        absl::Status status = held->status();
-        if (status.ok()) {
-          for (const GroupInfo& group : core->Groups()) {
-            if (group.name == name) GroupToProto(group, response);
-          }
-        }
-        return status;
-      },
-      context, timers_, WhyQueuedFor(kWorldGroup, request->seq()),
-      core_.rank());
+  reactor->ExplainQueue(WhyQueuedFor(kWorldGroup, request->seq()));
+  reactor->Attach(*work, [held, response, core, name] {
+    absl::Status status = held->status();
+    if (status.ok()) {
+      for (const GroupInfo& group : core->Groups()) {
+        if (group.name == name) GroupToProto(group, response);
+      }
+    }
+    return status;
+  });
+  return reactor;
 }
 
 std::function<std::string()> WorkerService::WhyQueuedFor(std::string group,

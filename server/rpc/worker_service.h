@@ -17,6 +17,8 @@
 
 namespace ccl {
 
+class CallReactor;
+
 // What GetInfo reports besides the core's own state.
 struct WorkerIdentity {
   std::string address;
@@ -87,6 +89,9 @@ class WorkerService final : public v1::Worker::CallbackService {
  private:
   // Says, when asked, why the work at `seq` of `group` is still queued.
   std::function<std::string()> WhyQueuedFor(std::string group, int64_t seq);
+  // Runs `start` now, or once this worker reaches `generation`.
+  void InGeneration(int64_t generation, int64_t timeout_ms,
+                    CallReactor* reactor, std::function<void()> start);
 
   WorkerCore& core_;
   const RequestLimits limits_;

@@ -182,8 +182,12 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   if (!first) SetState("re-forming");
   stores_.push_back(
       std::make_unique<CoordinatorKvStore>(coordinator_, generation));
+  ShrinkInfo shrink;
+  shrink.from_generation = registered->world().shrunk_from_generation();
+  shrink.excluded_ranks.assign(registered->world().excluded_ranks().begin(),
+                               registered->world().excluded_ranks().end());
   absl::Status formed =
-      core_.FormWorld(rank, world_size, generation, *stores_.back());
+      core_.FormWorld(rank, world_size, generation, *stores_.back(), shrink);
   if (!formed.ok()) {
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -17,7 +17,6 @@
 #include "server/core/worker_core.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/request_limits.h"
-#include "server/rpc/worker_service.h"
 #include "tests/testing/in_memory_kv_store.h"
 
 namespace ccl {

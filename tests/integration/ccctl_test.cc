@@ -327,10 +327,11 @@ TEST(CcctlCleanupTest, TemporariesAreUniqueAndFreed) {
     absl::StrAppend(&script, *binary, " --coordinator ",
                     cluster->coordinator_address(),
                     " allreduce --op sum --count 1000 >", (dir / "par").string(),
-                    i, " 2>&1 </dev/null & ");
+                    i, " 2>&1 </dev/null & pids=\"$pids $!\"; ");
   }
-  // Exit 1 unless all four succeeded.
-  absl::StrAppend(&script, "ok=0; for j in 1 2 3 4; do wait -n || ok=1; done; ",
+  // Exit 1 unless all four succeeded. Each by its pid: `wait -n` answers 127
+  // for a child that already ended and was reaped, which a fast one may be.
+  absl::StrAppend(&script, "ok=0; for p in $pids; do wait $p || ok=1; done; ",
                   "exit $ok");
   const int status = std::system(("bash -c '" + script + "'").c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);

@@ -410,6 +410,81 @@ TEST_F(FailureTest, LoneRecvFailsClearlyAndTheNextCollectiveWorks) {
   for (int r = 0; r < kWorkers; ++r) ExpectKeep(r);
 }
 
+// Right after a re-form the coordinator already hands out the new
+// generation while workers may still be forming it: an op stamped with it
+// waits for the worker to get there (bounded by the op's timeout) instead of
+// failing with "op is for generation 2 but this worker is in generation 1".
+TEST_F(FailureTest, AnOpRightAfterAReformWaitsForTheNewGeneration) {
+  auto client = Client(seconds(10));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation();
+  ASSERT_TRUE(
+      AllocOnDevice(*client, 1, Float32("t", 3, v1::FILL_KIND_ZEROS)).ok());
+  v1::OpRequest recv;
+  recv.set_kind(v1::OP_KIND_RECV);
+  recv.set_input("t");
+  recv.set_peer(0);
+  recv.set_timeout_ms(1500);
+  (void)client->PointToPoint({{1, recv}});
+  // As soon as the coordinator names a later generation, a new client (as a
+  // user's next command would) runs an op in it; no waiting for the workers.
+  std::unique_ptr<ClusterClient> next;
+  for (auto deadline = Clock::now() + kRecovery; Clock::now() < deadline;) {
+    next = Client(seconds(10));
+    if (next && next->world().generation() > generation &&
+        next->world().state() == v1::WORLD_STATE_COMPLETE) {
+      break;
+    }
+    next.reset();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_NE(next, nullptr) << "the world never moved past generation "
+                           << generation;
+  v1::OpRequest barrier;
+  barrier.set_kind(v1::OP_KIND_BARRIER);
+  barrier.set_timeout_ms(kOpTimeoutMs * 4);
+  for (const auto& r : next->Collective(barrier)) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ExpectCorrectAllReduce("check");
+}
+
+// Subgroups outlive a re-form, even one where a member was replaced by a
+// restarted worker that never saw the group made: the survivors tell it.
+TEST_F(FailureTest, SubgroupsSurviveAReformWithAReplacedMember) {
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation();
+  for (const auto& r : client->CreateGroup("pair", {0, 1})) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
+  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
+  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto pair = Client(seconds(20));
+  ASSERT_NE(pair, nullptr);
+  ASSERT_TRUE(pair->UseGroup("pair").ok());
+  for (int r : {0, 1}) {
+    (void)pair->Free(r, "g");
+    ASSERT_TRUE(
+        AllocOnDevice(*pair, r, Float32("g", 16, v1::FILL_KIND_RANK_PLUS_ONE))
+            .ok());
+  }
+  for (const auto& r : pair->Collective(AllReduce("g"))) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  for (int r : {0, 1}) {
+    auto summary = pair->Summarize(r, "g", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->min(), 3.0) << "rank " << r;  // 1 + 2
+  }
+}
+
 // Two clients disagreeing on what seq 7 is (rank 0 all_reduce, the others
 // broadcast): every rank refuses with the difference named; nothing hangs,
 // nothing breaks, and the next collective needs no new generation.

@@ -362,8 +362,7 @@ TEST(FillMathTest, ElementFillsMatchHostFillForEveryDType) {
           alignas(8) unsigned char want[8] = {};
           alignas(8) unsigned char got[8] = {};
           StoreElement(dtype, want, 0, FillValue(fill, rank, i));
-          StoreFillElement(ToFillDType(dtype), got, 0,
-                           ElementFillValue(*params, i));
+          StoreFillElement(dtype, got, 0, ElementFillValue(*params, i));
           ASSERT_EQ(std::memcmp(want, got, esize), 0)
               << DTypeName(dtype) << " fill " << static_cast<int>(fill.kind)
               << " value " << fill.value << " rank " << rank << " index " << i;
@@ -431,7 +430,7 @@ TEST(FillMathTest, StoreFillElementMatchesStoreElement) {
       alignas(8) unsigned char want[8] = {};
       alignas(8) unsigned char got[8] = {};
       StoreElement(dtype, want, 0, v);
-      StoreFillElement(ToFillDType(dtype), got, 0, v);
+      StoreFillElement(dtype, got, 0, v);
       ASSERT_EQ(std::memcmp(want, got, esize), 0)
           << DTypeName(dtype) << " value " << v;
     }

@@ -244,15 +244,26 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 absl::StatusOr<ncclComm_t> NcclCommunicator::SplitComm(
     ncclComm_t parent, int color, int key, ncclConfig_t config,
     Clock::time_point deadline) {
-  // The parent is non-blocking, so the split runs on NCCL's own thread and
+  return ChildComm(
+      parent, "ncclCommSplit",
+      [&](ncclComm_t* slot) {
+        return ncclCommSplit(parent, color, key, slot, &config);
+      },
+      color == NCCL_SPLIT_NOCOLOR, deadline);
+}
+
+absl::StatusOr<ncclComm_t> NcclCommunicator::ChildComm(
+    ncclComm_t parent, const char* what,
+    const std::function<ncclResult_t(ncclComm_t*)>& make, bool none_expected,
+    Clock::time_point deadline) {
+  // The parent is non-blocking, so the call runs on NCCL's own thread and
   // ends when the parent's state leaves ncclInProgress. NCCL writes the
-  // child's handle into the slot from that thread, after ncclCommSplit
-  // returned (seen with 2.28), and freeing the slot once the split looked
-  // complete still corrupted the heap; so the slot is never freed: 8 bytes
-  // per split.
+  // child's handle into the slot from that thread, after the call returned
+  // (seen with 2.28), and freeing the slot once the split looked complete
+  // still corrupted the heap; so the slot is never freed: 8 bytes a child.
   auto* slot = new ncclComm_t(nullptr);
   auto child_of = [slot] { return __atomic_load_n(slot, __ATOMIC_ACQUIRE); };
-  ncclResult_t result = ncclCommSplit(parent, color, key, slot, &config);
+  ncclResult_t result = make(slot);
   Backoff backoff;
   while (result == ncclSuccess || result == ncclInProgress) {
     const ncclResult_t state = CommState(parent);
@@ -269,8 +280,8 @@ absl::StatusOr<ncclComm_t> NcclCommunicator::SplitComm(
         ncclCommAbort(child);
       }
       return absl::DeadlineExceededError(
-          "not every rank of the parent communicator joined the split in "
-          "time");
+          absl::StrCat("not every rank of the parent communicator joined ",
+                       what, " in time"));
     }
     backoff.Pause();
   }
@@ -278,13 +289,13 @@ absl::StatusOr<ncclComm_t> NcclCommunicator::SplitComm(
   if (result == ncclSuccess && child != nullptr) result = CommState(child);
   if (result != ncclSuccess) {
     absl::Status s =
-        nccl::NcclErrorStatus(result, "ncclCommSplit", __FILE__, __LINE__,
+        nccl::NcclErrorStatus(result, what, __FILE__, __LINE__,
                               ncclGetLastError(child ? child : parent));
     if (child != nullptr) ncclCommAbort(child);
     return s;
   }
-  if (child == nullptr && color != NCCL_SPLIT_NOCOLOR) {
-    return absl::InternalError("ncclCommSplit returned no communicator");
+  if (child == nullptr && !none_expected) {
+    return absl::InternalError(absl::StrCat(what, " returned no communicator"));
   }
   return child;
 }
@@ -421,15 +432,13 @@ NcclCommunicator::~NcclCommunicator() {
   cudaSetDevice(device_);
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);
-    if (!aborted_.exchange(true)) {
-      // Abort rather than destroy: destroy waits for peers, which may be
-      // gone when a generation replaces this one. Let queued work drain
-      // first when the communicator is healthy.
-      if (Health().ok()) DrainStream(std::chrono::seconds(10));
-      ncclCommAbort(agree_.comm);
-      ncclCommAbort(data_.comm);
-      ncclCommAbort(control_.comm);
-    }
+    // Abort rather than destroy: destroy waits for peers, which may be gone
+    // when a generation replaces this one. Let queued work drain first when
+    // the communicator is healthy.
+    if (!aborted_ && Health().ok()) DrainStream(std::chrono::seconds(10));
+    AbortLanesLocked();
+    if (!control_released_) ncclCommAbort(control_.comm);
+    control_released_ = true;
   }
   DrainStream(std::chrono::seconds(10));
   for (Lane* lane : {&control_, &data_, &agree_}) {
@@ -520,15 +529,73 @@ absl::Status NcclCommunicator::AsyncError() {
   return absl::OkStatus();
 }
 
+// The lanes with the user's work go; the control lane stays until this
+// communicator does, so that the survivors of a lost rank can shrink it
+// (Shrink) rather than build a world from nothing. Nothing of the user's
+// runs on it, and NCCL_SHRINK_ABORT ends what may still wait there.
 void NcclCommunicator::AbortComm(absl::Status why) {
   Poison(why);
   std::lock_guard<std::mutex> lock(comm_mutex_);
+  AbortLanesLocked();
+}
+
+void NcclCommunicator::AbortLanesLocked() {
   if (aborted_.exchange(true)) return;
   cudaSetDevice(device_);
-  // Children before their parent.
   ncclCommAbort(agree_.comm);
   ncclCommAbort(data_.comm);
-  ncclCommAbort(control_.comm);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Shrink(
+    const std::vector<int>& excluded, std::chrono::milliseconds timeout) {
+  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  const std::string where =
+      absl::StrCat("ncclCommShrink of rank ", rank_, "/", size_, " without ",
+                   excluded.size(), " rank(s)");
+  const Clock::time_point deadline = Clock::now() + timeout;
+  absl::StatusOr<ncclComm_t> child;
+  {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (control_released_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, ": the control communicator is gone"));
+    }
+    Poison(absl::AbortedError("the world shrank; this communicator is done"));
+    AbortLanesLocked();
+    std::vector<int> ranks = excluded;
+    ncclConfig_t config = LaneConfig(/*blocking=*/false, /*small=*/true);
+    child = ChildComm(
+        control_.comm, "ncclCommShrink",
+        [&](ncclComm_t* slot) {
+          return ncclCommShrink(control_.comm, ranks.data(),
+                                static_cast<int>(ranks.size()), slot, &config,
+                                NCCL_SHRINK_ABORT);
+        },
+        /*none_expected=*/false, deadline);
+    // The parent is spent either way: its survivors live on in the child.
+    ncclCommAbort(control_.comm);
+    control_released_ = true;
+  }
+  if (!child.ok()) {
+    return absl::Status(child.status().code(),
+                        absl::StrCat(where, ": ", child.status().message()));
+  }
+  int child_rank = -1;
+  int child_size = 0;
+  if (ncclCommUserRank(*child, &child_rank) != ncclSuccess ||
+      ncclCommCount(*child, &child_size) != ncclSuccess) {
+    ncclCommAbort(*child);
+    return absl::InternalError(
+        absl::StrCat(where, ": cannot read the new rank and size"));
+  }
+  auto made = FromControl(child_rank, child_size, device_, *child,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(
+                              deadline - Clock::now()));
+  if (!made.ok()) {
+    return absl::Status(made.status().code(),
+                        absl::StrCat(where, ": ", made.status().message()));
+  }
+  return std::unique_ptr<Communicator>(*std::move(made));
 }
 
 absl::StatusOr<void*> NcclCommunicator::Scratch(size_t bytes) {

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -80,6 +81,10 @@ class NcclCommunicator final : public Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> Split(
       const std::vector<int>& members, const std::string& name,
       std::chrono::milliseconds timeout) override;
+  // ncclCommShrink of the control lane (NCCL_SHRINK_ABORT), then new lanes.
+  absl::StatusOr<std::unique_ptr<Communicator>> Shrink(
+      const std::vector<int>& excluded,
+      std::chrono::milliseconds timeout) override;
 
   // For handles: the first error of any lane (ncclInProgress counts as
   // fine), poisoning and aborting.
@@ -111,6 +116,14 @@ class NcclCommunicator final : public Communicator {
   static absl::StatusOr<ncclComm_t> SplitComm(ncclComm_t parent, int color,
                                               int key, ncclConfig_t config,
                                               Clock::time_point deadline);
+  // The child made by `make` (a split or a shrink of `parent`), polled
+  // until ready or `deadline`. Null only if `none_expected`.
+  static absl::StatusOr<ncclComm_t> ChildComm(
+      ncclComm_t parent, const char* what,
+      const std::function<ncclResult_t(ncclComm_t*)>& make, bool none_expected,
+      Clock::time_point deadline);
+  // Aborts the data and agree lanes once. Caller holds comm_mutex_.
+  void AbortLanesLocked();
 
   // Enqueues `op` on the data lane. Caller holds comm_mutex_.
   absl::Status Enqueue(const BoundOp& op, ncclDataType_t dtype);
@@ -149,7 +162,10 @@ class NcclCommunicator final : public Communicator {
 
   // Serialises NCCL calls on every lane with their abort.
   std::mutex comm_mutex_;
+  // The data and agree lanes were aborted: no op runs any more.
   std::atomic<bool> aborted_{false};
+  // The control lane was aborted or handed to a shrink.
+  bool control_released_ = false;
   mutable std::mutex mutex_;
   absl::Status broken_;
   std::mutex events_mutex_;
