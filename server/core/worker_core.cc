@@ -622,17 +622,37 @@ class WorkerCoreImpl final : public WorkerCore {
     waiter->generation = generation;
     waiter->ready = std::move(ready);
     bool now = false;
+    std::string beyond;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       now = !shutdown_ && world_ && generation_ >= generation;
-      if (!now) {
+      // The coordinator moves one generation at a time, and a worker in the
+      // world hears of each within a heartbeat: one more than the latest it
+      // knows of may be announced already; one further is not coming (a
+      // made-up stamp), and waiting for it would only hold the seq.
+      const int64_t known = reforming_since_
+                                ? std::max(generation_, forming_generation_)
+                                : generation_;
+      if (!now && !shutdown_ && world_ && generation > known + 1) {
+        beyond = absl::StrCat(
+            "generation ", generation, " is not coming: this worker is in ",
+            generation_,
+            reforming_since_
+                ? absl::StrCat(" and re-forming into ", forming_generation_)
+                : std::string(),
+            ", and generations come one at a time");
+      } else if (!now) {
         waiters_.push_back(waiter);
         waiter->timer = timers_.ScheduleAfter(timeout, [this, waiter, timeout] {
           GenerationTimedOut(waiter, timeout);
         });
       }
     }
-    if (now) waiter->ready(absl::OkStatus());
+    if (!beyond.empty()) {
+      waiter->ready(absl::FailedPreconditionError(beyond));
+    } else if (now) {
+      waiter->ready(absl::OkStatus());
+    }
   }
 
   void GenerationTimedOut(const std::shared_ptr<GenerationWaiter>& waiter,

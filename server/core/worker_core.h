@@ -166,7 +166,9 @@ class WorkerCore {
   // at once if it already is, else when FormWorld gets there (a request
   // stamped with a generation the coordinator already announced, while this
   // worker is still re-forming, waits instead of failing). After `timeout`,
-  // DEADLINE_EXCEEDED saying the world is re-forming and since when.
+  // DEADLINE_EXCEEDED saying the world is re-forming and since when. A
+  // generation more than one past the latest this worker knows of fails at
+  // once with FAILED_PRECONDITION.
   // `ready` runs on the thread that forms the world or on a timer thread
   // and must not block.
   virtual void AwaitGeneration(int64_t generation,

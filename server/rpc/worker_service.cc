@@ -379,7 +379,8 @@ grpc::ServerUnaryReactor* WorkerService::SummarizeTensor(
 // coordinator announced it; this worker is still re-forming) waits for it,
 // bounded by the request's timeout, instead of failing.
 void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
-                                 CallReactor* reactor,
+                                 const std::string& group, int64_t seq,
+                                 int64_t count, CallReactor* reactor,
                                  std::function<void()> start) {
   if (generation <= core_.generation()) {
     start();
@@ -388,14 +389,16 @@ void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
   const std::chrono::milliseconds timeout =
       timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms)
                      : core_.config().default_op_timeout;
-  core_.AwaitGeneration(generation, timeout,
-                        [reactor, start = std::move(start)](absl::Status s) {
-                          if (s.ok()) {
-                            start();
-                          } else {
-                            reactor->Fail(s);
-                          }
-                        });
+  core_.AwaitGeneration(
+      generation, timeout,
+      [this, reactor, start = std::move(start), group, seq, count,
+       generation](absl::Status s) {
+        if (s.ok()) {
+          start();
+        } else {
+          reactor->Fail(core_.Refuse(group, seq, count, generation, s));
+        }
+      });
 }
 
 grpc::ServerUnaryReactor* WorkerService::Submit(
@@ -407,7 +410,10 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
                                         request->generation(), spec.status()));
   }
   auto* reactor = new CallReactor(context, timers_, core_.rank());
-  InGeneration(spec->generation, request->timeout_ms(), reactor,
+  // Copied first: the lambda below takes the spec.
+  const std::string group = spec->group;
+  const int64_t seq = spec->seq;
+  InGeneration(spec->generation, request->timeout_ms(), group, seq, 1, reactor,
                [this, spec = *std::move(spec), reactor, response] {
                  auto work = core_.Submit(spec);
                  if (!work.ok()) return reactor->Fail(work.status());
@@ -444,8 +450,12 @@ grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
   auto* reactor = new CallReactor(context, timers_, core_.rank());
   const int64_t timeout_ms =
       request->ops_size() > 0 ? request->ops(0).timeout_ms() : 0;
+  // Copied first: the lambda below takes the plan.
+  const std::string group = plan->group;
+  const int64_t seq = plan->seq;
+  const int64_t count = std::max(1, request->ops_size());
   InGeneration(
-      plan->generation, timeout_ms, reactor,
+      plan->generation, timeout_ms, group, seq, count, reactor,
       [this, plan = *std::move(plan), reactor, response] {
         auto work = core_.SubmitPlan(plan);
         if (!work.ok()) return reactor->Fail(work.status());
@@ -505,7 +515,10 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
                                         op.generation(), spec.status()));
   }
   auto* reactor = new CallReactor(context, timers_, core_.rank());
-  InGeneration(spec->generation, op.timeout_ms(), reactor,
+  // Copied first: the lambda below takes the spec.
+  const std::string group = spec->group;
+  const int64_t seq = spec->seq;
+  InGeneration(spec->generation, op.timeout_ms(), group, seq, 1, reactor,
                [this, spec = *std::move(spec),
                 options = BenchOptionsFromProto(*request), reactor, response] {
                  auto work = core_.Bench(spec, options);
@@ -631,7 +644,7 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
 }
 
 std::function<std::string()> WorkerService::WhyQueuedFor(std::string group,
-                                                          int64_t seq) {
+                                                         int64_t seq) {
   return [core = &core_, group = std::move(group), seq] {
     return core->WhyQueued(group, seq);
   };
