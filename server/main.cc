@@ -17,8 +17,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "common/grpc_errors.h"
 #include "common/daemon_flags.h"
+#include "common/grpc_errors.h"
 #include "common/grpc_health.h"
 #include "common/hostname_rank.h"
 #include "common/logging.h"

@@ -35,8 +35,7 @@ std::string Describe(const OpFingerprint& f);
 // CANCELLED naming the ranks whose op was withdrawn (BoundOp::withdrawn),
 // OK if none was. Every rank sees the same fingerprints, so every rank drops
 // the op alike.
-absl::Status CheckWithdrawn(int64_t seq,
-                            const std::vector<OpFingerprint>& all);
+absl::Status CheckWithdrawn(int64_t seq, const std::vector<OpFingerprint>& all);
 
 // INVALID_ARGUMENT naming every rank that differs from rank 0 when the
 // fingerprints of one collective (one per rank, in rank order) disagree.

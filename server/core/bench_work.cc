@@ -128,8 +128,8 @@ class BenchWork::StopPoints {
       CCL_RETURN_IF_ERROR(ComparePointToPoint(seq, mine, all[1]));
     } else if (kind != OpKind::kNop) {
       all.resize(static_cast<size_t>(comm_.size()));
-      CCL_RETURN_IF_ERROR(comm_.AllGatherHost(
-          &mine, all.data(), sizeof(OpFingerprint), deadline));
+      CCL_RETURN_IF_ERROR(comm_.AllGatherHost(&mine, all.data(),
+                                              sizeof(OpFingerprint), deadline));
       CCL_RETURN_IF_ERROR(CompareCollective(seq, all));
     }
     started_ = true;
@@ -148,16 +148,15 @@ class BenchWork::StopPoints {
           vote.withdrawn == 0
               ? kGoOn
               : std::clamp<int32_t>(vote.withdrawn, kWithdrawn, kDeadline);
-      if (why != kGoOn &&
-          (stopper == nullptr || why > stopper_reason)) {
+      if (why != kGoOn && (stopper == nullptr || why > stopper_reason)) {
         stopper = &vote;
         stopper_reason = why;
       }
     }
     if (stopper == nullptr) return absl::OkStatus();
-    const std::string where = absl::StrCat(
-        "stopped after ", done_, " ", phase_, " instance", done_ == 1 ? "" : "s",
-        ": ");
+    const std::string where =
+        absl::StrCat("stopped after ", done_, " ", phase_, " instance",
+                     done_ == 1 ? "" : "s", ": ");
     const std::string together =
         "; every rank stopped at the same instance, so the group is free";
     switch (stopper_reason) {
@@ -172,9 +171,9 @@ class BenchWork::StopPoints {
             where, "rank ", stopper->rank,
             " gave it up before it started (its call ended)", together));
       default:
-        return absl::CancelledError(absl::StrCat(
-            where, "the client of rank ", stopper->rank, " went away",
-            together));
+        return absl::CancelledError(absl::StrCat(where, "the client of rank ",
+                                                 stopper->rank, " went away",
+                                                 together));
     }
   }
 

@@ -151,12 +151,12 @@ std::string Executor::WhyWaiting(int64_t seq) const {
         gap_since_ ? std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::steady_clock::now() - *gap_since_)
                    : std::chrono::milliseconds(0);
-    return absl::StrCat(
-        "it waits behind seq ", next_seq_, " of group ", group_,
-        ", which has not arrived at rank ", rank_, " after ",
-        SecondsString(waited), " (the client that reserved it may have died; ",
-        "the worker skips it ", SecondsString(gap_timeout_),
-        " after it went missing: --seq-gap-timeout-ms)");
+    return absl::StrCat("it waits behind seq ", next_seq_, " of group ", group_,
+                        ", which has not arrived at rank ", rank_, " after ",
+                        SecondsString(waited),
+                        " (the client that reserved it may have died; ",
+                        "the worker skips it ", SecondsString(gap_timeout_),
+                        " after it went missing: --seq-gap-timeout-ms)");
   }
   return absl::StrCat("seq ", next_seq_, " of group ", group_,
                       " was next at rank ", rank_);

@@ -90,7 +90,8 @@ class Harness {
         break;
       case 3:
         Handle<v1::GetWorldRequest>(bytes, [&](const auto& r) {
-          if (ValidateRequest(r, limits_).ok()) (void)ToProto(core_->GetWorld());
+          if (ValidateRequest(r, limits_).ok())
+            (void)ToProto(core_->GetWorld());
         });
         break;
       case 4:
@@ -151,8 +152,7 @@ class Harness {
       case 11:
         Handle<v1::PostUniqueIdRequest>(bytes, [&](const auto& r) {
           if (ValidateRequest(r, limits_).ok()) {
-            (void)core_->PostUniqueId(r.generation(), r.group(),
-                                      r.unique_id());
+            (void)core_->PostUniqueId(r.generation(), r.group(), r.unique_id());
           }
         });
         break;
