@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -865,6 +866,12 @@ class WorkerCoreImpl final : public WorkerCore {
   // lost, too far ahead) are not taken.
   absl::Status RefuseSpec(Executor& executor, const OpSpec& spec, int64_t count,
                           absl::Status reason) {
+    // A refused request's seq may be anything (one over max_seq is refused
+    // for that): a range that would not fit in an int64 is not taken.
+    if (spec.seq < 0 || count < 1 ||
+        spec.seq > std::numeric_limits<int64_t>::max() - count) {
+      return reason;
+    }
     (void)executor.Release(spec.seq, spec.seq + count,
                            absl::AlreadyExistsError(absl::StrCat(
                                "seq ", spec.seq, " of group ", spec.group,
