@@ -44,8 +44,10 @@ CUDA = re.compile(r'^(cuda_[a-z0-9_]*\.h|cuda\.h|nccl\.h|cuda/)')
 # unit-tested without a server. The adapters and clients are named apart.
 NO_GRPC = ["server/core/", "server/comm/", "server/check/", "server/cuda/",
            "coordinator/"]
+# coordinator/request_limits validates the adapter's proto requests before
+# the core sees them (as server/rpc/request_limits does): adapter code.
 GRPC_OK = ["coordinator/client/", "coordinator/coordinator_service.",
-           "coordinator/main.cc"]
+           "coordinator/request_limits.", "coordinator/main.cc"]
 # Only these see CUDA or NCCL headers.
 CUDA_OK = ["server/cuda/", "server/comm/nccl/", "server/check/device_check_",
            "server/core/memory_cuda.cc"]
