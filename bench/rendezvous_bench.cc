@@ -129,6 +129,7 @@ bool Reform(const std::string& address, const FormedWorld& world) {
     request.set_rank(0);
     request.set_generation(world.generation);
     request.set_worker_id(world.worker_id_of[w]);
+    request.set_worker_secret(world.secret_of[w]);
     request.set_reform_reason("rendezvous_bench: next generation");
     ccl::v1::HeartbeatResponse response;
     return stub->Heartbeat(&context, request, &response).ok() &&

@@ -105,6 +105,7 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
   FormedWorld world;
   world.rank_of.assign(n, -1);
   world.worker_id_of.resize(n);
+  world.secret_of.resize(n);
   // Shared with the callbacks: a worker's own id post may still be on its
   // way back when the last rank has the list.
   auto registered = std::make_shared<Countdown>(n);
@@ -205,6 +206,7 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
           } else {
             const v1::RegisterResponse& r = call->response;
             world.rank_of[w] = r.rank();
+            world.secret_of[w] = r.worker_secret();
             if (r.rank() == 0) {
               std::lock_guard<std::mutex> lock(header_mutex);
               world.generation = r.generation();
@@ -272,6 +274,7 @@ HeartbeatStats SimulatedWorld::Heartbeat(const FormedWorld& world,
     call->request.set_rank(rank);
     call->request.set_generation(world.generation);
     call->request.set_worker_id(world.worker_id_of[w]);
+    call->request.set_worker_secret(world.secret_of[w]);
     {
       std::lock_guard<std::mutex> lock(mutex);
       ++stats.sent;

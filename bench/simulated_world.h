@@ -31,6 +31,8 @@ struct FormedWorld {
   int unique_ids = 0;
   std::vector<int> rank_of;  // by simulated worker
   std::vector<std::string> worker_id_of;
+  // What each registration returned; heartbeats carry it.
+  std::vector<std::string> secret_of;
 };
 
 struct HeartbeatStats {

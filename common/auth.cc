@@ -72,18 +72,6 @@ absl::string_view RoleName(Role role) {
 
 }  // namespace
 
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  // The volatile read keeps the compiler from turning the loop into an
-  // early-exit comparison.
-  volatile unsigned char result = diff;
-  return result == 0;
-}
-
 std::optional<Role> RequiredRole(absl::string_view method) {
   if (absl::StartsWith(method, "/grpc.health.v1.Health/")) return std::nullopt;
   for (const MethodRole& entry : kMethods) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/secrets.h"  // ConstantTimeEquals
 
 namespace ccl {
 
@@ -37,10 +38,6 @@ std::optional<Role> RequiredRole(absl::string_view method);
 // request's "authorization" metadata value, if any ("Bearer <token>").
 absl::Status Authorize(const RoleTokens& tokens, absl::string_view method,
                        std::optional<absl::string_view> authorization);
-
-// Compares in time that depends only on the lengths, so that a remote caller
-// cannot find a token byte by byte from response times.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
 // INVALID_ARGUMENT if the tokens cannot work together (a role token without
 // a full token, or two roles sharing one secret).

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/secrets.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl::coordinator {
@@ -11,6 +12,13 @@ namespace {
 
 // A world this large is a typo, and a roster of that size is memory.
 constexpr int kMaxWorldSize = 1 << 20;
+// Random bytes of a secret the coordinator issues (hex-encoded, twice as
+// many characters), and the shortest secret a worker may bring.
+constexpr size_t kSecretBytes = 32;
+constexpr size_t kMinWorkerSecret = 32;
+// Waits longer than this are cut to it: a day is longer than any
+// rendezvous, and a longer duration could overflow the clock's arithmetic.
+constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(24);
 // Up to this size every registration is logged at info; above it, every
 // sixteenth of the world, so that forming 16k ranks does not write 16k lines.
 constexpr int kLoggedWorldSize = 256;
@@ -95,7 +103,21 @@ CoordinatorCore::TimePoint CoordinatorCore::Now() const {
 
 std::chrono::milliseconds CoordinatorCore::WaitTimeout(
     std::chrono::milliseconds requested) {
-  return requested.count() == 0 ? options_.default_wait_timeout : requested;
+  return std::min(
+      requested.count() == 0 ? options_.default_wait_timeout : requested,
+      kMaxWait);
+}
+
+absl::Status CoordinatorCore::CheckSecret(const Member& member, int rank,
+                                          const std::string& secret,
+                                          std::string_view what) {
+  if (ConstantTimeEquals(secret, member.secret)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      std::string(what), ": rank ", rank, " is held by worker '",
+      member.worker_id,
+      "', and this request does not carry that worker's secret (the one its ",
+      "registration returned). A worker id is not a credential; a new ",
+      "process registers under a new worker id"));
 }
 
 CoordinatorCore::WaitId CoordinatorCore::NewWaitId() {
@@ -236,7 +258,8 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
   deferred.reserve(deferred.size() + register_waiters_.size());
   for (auto& [id, waiter] : register_waiters_) {
     timers_.Cancel(waiter.timer);
-    RegisterResult result{waiter.rank, generation_, world};
+    RegisterResult result{waiter.rank, generation_, world,
+                          std::move(waiter.secret)};
     deferred.push_back(
         [done = std::move(waiter.done), result = std::move(result)]() mutable {
           done(std::move(result));
@@ -274,7 +297,23 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
     return fail(absl::InvalidArgumentError(absl::StrCat(
         "register: timeout ", request.timeout.count(), " ms is negative")));
   }
+  if (!request.secret.empty() && request.secret.size() < kMinWorkerSecret) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "register: a worker secret needs at least ", kMinWorkerSecret,
+        " characters, got ", request.secret.size(),
+        "; send none to have the coordinator issue one")));
+  }
   const std::chrono::milliseconds timeout = WaitTimeout(request.timeout);
+  // The secret of a worker id's first registration: the one the worker
+  // brought (so that it can reconnect before that first registration was
+  // answered), or a new one. Made outside the lock (a system call).
+  absl::StatusOr<std::string> fresh_secret = request.secret;
+  if (request.secret.empty()) fresh_secret = RandomSecretHex(kSecretBytes);
+  if (!fresh_secret.ok()) {
+    return fail(absl::UnavailableError(
+        absl::StrCat("register: cannot make the worker's secret: ",
+                     fresh_secret.status().message())));
+  }
 
   Deferred deferred;
   absl::Status error;
@@ -286,10 +325,13 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       error = absl::UnavailableError("coordinator is shutting down");
     } else if (known.has_value()) {
       rank = *known;
+      error = CheckSecret(
+          *roster_.Find(rank), rank, request.secret,
+          absl::StrCat("register of worker '", request.worker_id, "'"));
       // A re-joining worker names its previous rank only as a hint for a
       // coordinator that forgot it; one that remembers it (perhaps under a
       // new rank, after a shrink) has the last word.
-      if (request.requested_rank.has_value() && !request.rejoin &&
+      if (error.ok() && request.requested_rank.has_value() && !request.rejoin &&
           *request.requested_rank != rank) {
         error = absl::FailedPreconditionError(absl::StrCat(
             "register: worker '", request.worker_id, "' already holds rank ",
@@ -321,6 +363,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       // Known worker ids hold their slot: that is a reconnect.
       if (!known.has_value()) {
         member = &roster_.Take(rank, request.worker_id, next_serial_++);
+        member->secret = *std::move(fresh_secret);
       }
       if (member->address != request.address || member->host != request.host ||
           member->device != request.device) {
@@ -340,7 +383,8 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
                                : spdlog::level::debug;
         spdlog::log(level, "rank {} reconnected (worker '{}', {})", rank,
                     request.worker_id, request.address);
-        RegisterResult result{rank, generation_, SharedSnapshotLocked()};
+        RegisterResult result{rank, generation_, SharedSnapshotLocked(),
+                              member->secret};
         deferred.push_back([&done, result = std::move(result)]() mutable {
           done(std::move(result));
         });
@@ -360,6 +404,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
         RegisterWaiter& waiter = register_waiters_[id];
         waiter.rank = rank;
         waiter.serial = member->serial;
+        waiter.secret = member->secret;
         waiter.done = std::move(done);
         waiter.timeout = timeout;
         member->register_waits.push_back(id);
@@ -391,7 +436,8 @@ void CoordinatorCore::FailRegisterWaitersLocked(Member& member,
 }
 
 absl::StatusOr<int64_t> CoordinatorCore::Deregister(
-    int rank, int64_t generation, const std::string& worker_id) {
+    int rank, int64_t generation, const std::string& worker_id,
+    const std::string& secret) {
   Deferred deferred;
   int64_t current;
   {
@@ -403,6 +449,10 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
       return absl::NotFoundError(absl::StrCat("deregister: rank ", rank,
                                               " is not held by worker '",
                                               worker_id, "'"));
+    }
+    if (absl::Status s = CheckSecret(*member, rank, secret, "deregister");
+        !s.ok()) {
+      return s;
     }
     if (generation > generation_) {
       return absl::InvalidArgumentError(

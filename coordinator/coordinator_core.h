@@ -107,6 +107,10 @@ struct RegisterRequest {
   int64_t resume_generation = 0;
   // Next sequence number per group on that worker.
   std::map<std::string, int64_t> resume_next_seq;
+  // The worker's secret. A worker id the coordinator does not know is bound
+  // to it (at least 32 characters; empty: the coordinator issues one); one
+  // it knows must bring the secret it was bound to.
+  std::string secret;
 };
 
 struct RegisterResult {
@@ -115,6 +119,11 @@ struct RegisterResult {
   // Shared: every member of a forming world gets the same snapshot, and a
   // world of 4096 must not be copied 4096 times.
   std::shared_ptr<const WorldInfo> world;
+  // The worker's secret: bound at its first registration (brought by the
+  // worker, or issued), the same one on every later registration of that
+  // worker id. It is what Heartbeat, Deregister and Register of the id
+  // check; the worker id is no credential (GetWorld lists it).
+  std::string secret;
 };
 
 struct HeartbeatRequest {
@@ -126,6 +135,8 @@ struct HeartbeatRequest {
   // Non-empty: the worker's world communicator is broken; asks for a new
   // generation (granted when every member is ready).
   std::string reform_reason;
+  // RegisterResult::secret.
+  std::string secret;
 };
 
 struct HeartbeatResult {
@@ -162,13 +173,19 @@ class CoordinatorCore {
 
   // Replies once every rank is registered; on timeout the registration is
   // withdrawn so that a retry can take the rank again. A worker_id that
-  // already holds a rank gets that rank back (reconnect).
+  // already holds a rank gets that rank back (reconnect), if the request
+  // carries its secret: PERMISSION_DENIED otherwise, so that no second
+  // process takes over a worker's rank by naming its id.
   void Register(WaitId id, RegisterRequest request,
                 Callback<RegisterResult> done);
+  // NOT_FOUND unless `request.worker_id` holds the rank, PERMISSION_DENIED
+  // unless the request carries that worker's secret.
   absl::StatusOr<HeartbeatResult> Heartbeat(const HeartbeatRequest& request);
-  // Returns the current generation.
+  // Returns the current generation. Needs the worker's secret, as
+  // Heartbeat does.
   absl::StatusOr<int64_t> Deregister(int rank, int64_t generation,
-                                     const std::string& worker_id);
+                                     const std::string& worker_id,
+                                     const std::string& secret);
   WorldInfo GetWorld();
   CoordinatorStats Stats();
 
@@ -223,6 +240,7 @@ class CoordinatorCore {
   struct RegisterWaiter {
     int rank = 0;
     uint64_t serial = 0;
+    std::string secret;
     Callback<RegisterResult> done;
     TimerQueue::TimerId timer = 0;
     std::chrono::milliseconds timeout{0};
@@ -269,6 +287,11 @@ class CoordinatorCore {
   void FailRegisterWaitersLocked(Member& member, const absl::Status& status,
                                  Deferred& deferred);
   absl::Status ValidateValue(const std::string& value) const;
+  // OK when `secret` is the one `member` was issued; PERMISSION_DENIED
+  // naming `what` (the call) otherwise.
+  static absl::Status CheckSecret(const Member& member, int rank,
+                                  const std::string& secret,
+                                  std::string_view what);
   void OnDeadline(WaitId id);
   void ScheduleSweep();
 

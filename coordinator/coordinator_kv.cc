@@ -7,7 +7,9 @@
 namespace ccl::coordinator {
 namespace {
 
-constexpr int64_t kMaxSequenceCount = 1000000;
+// As many as a worker's executor accepts ahead of its next seq
+// (Executor::kMaxSeqsAhead): a range that long can be used, or released.
+constexpr int64_t kMaxSequenceCount = int64_t{1} << 16;
 constexpr size_t kMaxUniqueIdBytes = 4096;
 
 }  // namespace

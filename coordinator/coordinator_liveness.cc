@@ -54,6 +54,12 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
         "heartbeat: rank ", request.rank, " is not held by worker '",
         request.worker_id, "'; register first"));
   }
+  // A forged beat could keep a dead worker's rank or force a new generation.
+  if (absl::Status s =
+          CheckSecret(*member, request.rank, request.secret, "heartbeat");
+      !s.ok()) {
+    return s;
+  }
   if (!member->live()) {
     return absl::FailedPreconditionError(
         absl::StrCat("heartbeat: rank ", request.rank, " is ",

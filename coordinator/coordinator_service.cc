@@ -11,8 +11,6 @@
 namespace ccl::coordinator {
 namespace {
 
-using std::chrono::milliseconds;
-
 // A reactor for a call the core may park. OnCancel (client gone, deadline
 // passed, server shutting down) must end the parked wait, or the reactor
 // would never finish and Server::Shutdown would wait on it forever.
@@ -65,6 +63,39 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 }
 
 }  // namespace
+
+absl::StatusOr<RegisterRequest> RegisterFromProto(
+    const v1::RegisterRequest& request, const CoordinatorLimits& limits) {
+  absl::StatusOr<Device> device = FromProto(request.device());
+  if (!device.ok()) return device.status();
+  RegisterRequest native;
+  native.address = request.address();
+  native.host = request.host();
+  native.device = *device;
+  if (request.has_requested_rank()) {
+    native.requested_rank = request.requested_rank();
+  }
+  native.worker_id = request.worker_id();
+  native.secret = request.worker_secret();
+  native.timeout = ClampTimeout(request.timeout_ms(), limits);
+  native.resume_generation = request.resume_generation();
+  native.rejoin = request.rejoin();
+  native.resume_next_seq.insert(request.resume_next_seq().begin(),
+                                request.resume_next_seq().end());
+  return native;
+}
+
+HeartbeatRequest HeartbeatFromProto(const v1::HeartbeatRequest& request) {
+  HeartbeatRequest native;
+  native.rank = request.rank();
+  native.generation = request.generation();
+  native.worker_id = request.worker_id();
+  native.tensor_count = request.tensor_count();
+  native.tensor_bytes = request.tensor_bytes();
+  native.reform_reason = request.reform_reason();
+  native.secret = request.worker_secret();
+  return native;
+}
 
 namespace {
 
@@ -121,30 +152,21 @@ std::shared_ptr<const v1::World> CoordinatorService::WorldProto(
 grpc::ServerUnaryReactor* CoordinatorService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
-  absl::StatusOr<Device> device = FromProto(request->device());
-  if (!device.ok()) return FinishNow(context, device.status());
-  RegisterRequest native;
-  native.address = request->address();
-  native.host = request->host();
-  native.device = *device;
-  if (request->has_requested_rank()) {
-    native.requested_rank = request->requested_rank();
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
   }
-  native.worker_id = request->worker_id();
-  native.timeout = milliseconds(request->timeout_ms());
-  native.resume_generation = request->resume_generation();
-  native.rejoin = request->rejoin();
-  native.resume_next_seq.insert(request->resume_next_seq().begin(),
-                                request->resume_next_seq().end());
+  absl::StatusOr<RegisterRequest> native = RegisterFromProto(*request, limits_);
+  if (!native.ok()) return FinishNow(context, native.status());
 
   auto* reactor = new ParkedReactor(core_);
   const bool include_members = request->include_members();
-  core_.Register(reactor->id(), std::move(native),
+  core_.Register(reactor->id(), *std::move(native),
                  [this, reactor, response,
                   include_members](absl::StatusOr<RegisterResult> r) {
                    if (r.ok()) {
                      response->set_rank(r->rank);
                      response->set_generation(r->generation);
+                     response->set_worker_secret(r->secret);
                      *response->mutable_world() =
                          *WorldProto(r->world, include_members);
                    }
@@ -156,10 +178,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  HeartbeatRequest native{request->rank(),         request->generation(),
-                          request->worker_id(),    request->tensor_count(),
-                          request->tensor_bytes(), request->reform_reason()};
-  absl::StatusOr<HeartbeatResult> r = core_.Heartbeat(native);
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
+  absl::StatusOr<HeartbeatResult> r =
+      core_.Heartbeat(HeartbeatFromProto(*request));
   if (r.ok()) {
     response->set_generation(r->generation);
     response->set_world_state(ToProto(r->world_state));
@@ -170,8 +193,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
 grpc::ServerUnaryReactor* CoordinatorService::Deregister(
     grpc::CallbackServerContext* context, const v1::DeregisterRequest* request,
     v1::DeregisterResponse* response) {
-  absl::StatusOr<int64_t> r = core_.Deregister(
-      request->rank(), request->generation(), request->worker_id());
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
+  absl::StatusOr<int64_t> r =
+      core_.Deregister(request->rank(), request->generation(),
+                       request->worker_id(), request->worker_secret());
   if (r.ok()) response->set_generation(*r);
   return FinishNow(context, r.status());
 }
@@ -179,6 +206,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Deregister(
 grpc::ServerUnaryReactor* CoordinatorService::GetWorld(
     grpc::CallbackServerContext* context, const v1::GetWorldRequest* request,
     v1::World* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   *response = ToProto(core_.GetWorld());
   return FinishNow(context, absl::OkStatus());
 }
@@ -186,6 +216,9 @@ grpc::ServerUnaryReactor* CoordinatorService::GetWorld(
 grpc::ServerUnaryReactor* CoordinatorService::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   absl::StatusOr<int64_t> r =
       core_.KvSet(request->generation(), request->key(), request->value());
   if (r.ok()) response->set_generation(*r);
@@ -195,6 +228,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KvSet(
 grpc::ServerUnaryReactor* CoordinatorService::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto r = core_.KvGet(request->generation(), request->key());
   if (r.ok()) {
     response->set_generation(r->first);
@@ -206,10 +242,14 @@ grpc::ServerUnaryReactor* CoordinatorService::KvGet(
 grpc::ServerUnaryReactor* CoordinatorService::KvWait(
     grpc::CallbackServerContext* context, const v1::KvWaitRequest* request,
     v1::KvWaitResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto* reactor = new ParkedReactor(core_);
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   core_.KvWait(reactor->id(), request->generation(), std::move(keys),
-               milliseconds(request->timeout_ms()), request->include_values(),
+               ClampTimeout(request->timeout_ms(), limits_),
+               request->include_values(),
                [reactor, response](absl::StatusOr<KvWaitResult> r) {
                  if (r.ok()) {
                    response->set_generation(r->generation);
@@ -227,6 +267,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KvWait(
 grpc::ServerUnaryReactor* CoordinatorService::KvAdd(
     grpc::CallbackServerContext* context, const v1::KvAddRequest* request,
     v1::KvAddResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto r = core_.KvAdd(request->generation(), request->key(), request->delta());
   if (r.ok()) {
     response->set_generation(r->first);
@@ -239,6 +282,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KvCompareSet(
     grpc::CallbackServerContext* context,
     const v1::KvCompareSetRequest* request,
     v1::KvCompareSetResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto r = core_.KvCompareSet(request->generation(), request->key(),
                               request->expected(), request->desired());
   if (r.ok()) {
@@ -252,6 +298,9 @@ grpc::ServerUnaryReactor* CoordinatorService::KvCompareSet(
 grpc::ServerUnaryReactor* CoordinatorService::KvDelete(
     grpc::CallbackServerContext* context, const v1::KvDeleteRequest* request,
     v1::KvDeleteResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto r = core_.KvDelete(request->generation(), request->key());
   if (r.ok()) {
     response->set_generation(r->first);
@@ -264,6 +313,9 @@ grpc::ServerUnaryReactor* CoordinatorService::ReserveSequence(
     grpc::CallbackServerContext* context,
     const v1::ReserveSequenceRequest* request,
     v1::ReserveSequenceResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto r = core_.ReserveSequence(request->generation(), request->group(),
                                  request->count());
   if (r.ok()) {
@@ -277,6 +329,9 @@ grpc::ServerUnaryReactor* CoordinatorService::PostUniqueId(
     grpc::CallbackServerContext* context,
     const v1::PostUniqueIdRequest* request,
     v1::PostUniqueIdResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto r = core_.PostUniqueId(request->generation(), request->group(),
                               request->unique_id());
   if (r.ok()) response->set_generation(*r);
@@ -286,9 +341,12 @@ grpc::ServerUnaryReactor* CoordinatorService::PostUniqueId(
 grpc::ServerUnaryReactor* CoordinatorService::GetUniqueId(
     grpc::CallbackServerContext* context, const v1::GetUniqueIdRequest* request,
     v1::GetUniqueIdResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
   auto* reactor = new ParkedReactor(core_);
   core_.GetUniqueId(reactor->id(), request->generation(), request->group(),
-                    milliseconds(request->timeout_ms()),
+                    ClampTimeout(request->timeout_ms(), limits_),
                     [reactor, response](absl::StatusOr<UniqueIdResult> r) {
                       if (r.ok()) {
                         response->set_generation(r->generation);

@@ -10,13 +10,17 @@
 
 #include "ccl/v1/coordinator.grpc.pb.h"
 #include "coordinator/coordinator_core.h"
+#include "coordinator/request_limits.h"
 
 namespace ccl::coordinator {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  // `core` must outlive the service and every call in flight.
-  explicit CoordinatorService(CoordinatorCore& core) : core_(core) {}
+  // `core` must outlive the service and every call in flight. Every request
+  // is checked against `limits` (request_limits.h) before the core sees it.
+  explicit CoordinatorService(CoordinatorCore& core,
+                              CoordinatorLimits limits = CoordinatorLimits())
+      : core_(core), limits_(limits) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -73,6 +77,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       const std::shared_ptr<const WorldInfo>& world, bool include_members);
 
   CoordinatorCore& core_;
+  const CoordinatorLimits limits_;
   std::mutex cache_mutex_;
   std::shared_ptr<const WorldInfo> cached_world_;
   std::shared_ptr<const v1::World> cached_world_proto_;
@@ -80,5 +85,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 };
 
 v1::World ToProto(const WorldInfo& world);
+
+// The core's requests from validated protos (ValidateRequest passed); the
+// adapter's conversions, shared with the fuzz target.
+absl::StatusOr<RegisterRequest> RegisterFromProto(
+    const v1::RegisterRequest& request, const CoordinatorLimits& limits);
+HeartbeatRequest HeartbeatFromProto(const v1::HeartbeatRequest& request);
 
 }  // namespace ccl::coordinator

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "common/daemon_flags.h"
+#include "common/grpc_errors.h"
 #include "common/grpc_health.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   int64_t max_heartbeat_rate = 4096;
   int64_t register_timeout_ms = 300000;
   int64_t max_value_bytes = 1 << 20;
+  int64_t max_key_bytes = 4096;
   std::string elastic = "none";
   auto* world_opt = app.add_option(
       "--world-size", world_size,
@@ -83,6 +85,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-value-bytes", max_value_bytes,
                  "Largest KV value accepted")
+      ->capture_default_str();
+  app.add_option("--max-key-bytes", max_key_bytes, "Longest KV key accepted")
       ->capture_default_str();
   app.add_option("--elastic", elastic,
                  "What a formed world does when a rank is lost or leaves: "
@@ -119,8 +123,9 @@ int main(int argc, char** argv) {
               << world_size << "); set it or $CCL_WORLD_SIZE / $WORLD_SIZE\n";
     return kUsageError;
   }
-  if (max_value_bytes <= 0) {
-    std::cerr << "cccoord: --max-value-bytes must be positive\n";
+  if (max_value_bytes <= 0 || max_key_bytes <= 0) {
+    std::cerr << "cccoord: --max-value-bytes and --max-key-bytes must be "
+                 "positive\n";
     return kUsageError;
   }
 
@@ -139,7 +144,10 @@ int main(int argc, char** argv) {
     std::cerr << "cccoord: " << core.status().message() << "\n";
     return kUsageError;
   }
-  ccl::coordinator::CoordinatorService service(**core);
+  ccl::coordinator::CoordinatorLimits limits;
+  limits.max_value_bytes = static_cast<size_t>(max_value_bytes);
+  limits.max_key_bytes = static_cast<size_t>(max_key_bytes);
+  ccl::coordinator::CoordinatorService service(**core, limits);
   ccl::MetricsRegistry metrics;
   ccl::coordinator::RegisterCoordinatorMetrics(metrics, **core);
   auto metrics_server = ccl::StartMetrics(daemon, &metrics, "cccoord");
@@ -167,6 +175,8 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials->credentials, &port);
   builder.RegisterService(&service);
+  ccl::RequestErrorDetails error_details("ccl.v1.Coordinator");
+  error_details.Install(builder);
   ccl::EnableHealthAndReflection();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

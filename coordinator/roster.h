@@ -43,6 +43,8 @@ class Roster {
     Device device;
     TimePoint last_seen;
     std::string worker_id;
+    // Issued at registration (CoordinatorCore::Register); proves the worker.
+    std::string secret;
     int64_t tensor_count = 0;
     int64_t tensor_bytes = 0;
     int64_t resume_generation = 0;

@@ -58,8 +58,11 @@ CUDA = re.compile(r'^(cuda_[a-z0-9_]*\.h|cuda\.h|nccl\.h|cuda/)')
 NO_GRPC = ["server/core/", "server/comm/", "server/check/", "server/cuda/",
            "coordinator/", "client/cluster_client.h", "client/types.",
            "client/ccctl/"]
+# coordinator/request_limits validates the adapter's proto requests before
+# the core sees them (as server/rpc/request_limits does): adapter code.
 GRPC_OK = ["coordinator/client/", "coordinator/coordinator_service.",
-           "coordinator/main.cc", "client/ccctl/health.cc"]
+           "coordinator/request_limits.", "coordinator/main.cc",
+           "client/ccctl/health.cc"]
 # Only these see CUDA or NCCL headers.
 CUDA_OK = ["server/cuda/", "server/comm/nccl/", "server/check/device_check_",
            "server/core/memory_cuda.cc"]

@@ -15,12 +15,13 @@ cmake --build --preset fuzz
 mkdir -p "$artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-for target in worker_request_fuzzer; do
+for target in worker_request_fuzzer coordinator_request_fuzzer; do
   work=$(mktemp -d)
   echo "fuzz: $target for ${seconds}s" >&2
-  # -timeout: one input running this long is a hang (ops here time out in
-  # well under a second). Leaks are not checked per input: the harness keeps
-  # one worker for the whole run, as the daemon does.
+  # -timeout: one input running this long is a hang (ops and waits here time
+  # out in well under a second). Leaks are not checked per input: each
+  # harness keeps one worker or coordinator for the whole run, as the daemon
+  # does.
   "$root/build-fuzz/tests/fuzz/$target" -max_total_time="$seconds" \
     -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="$artifacts/$target-" \

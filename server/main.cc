@@ -18,12 +18,14 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/daemon_flags.h"
+#include "common/grpc_errors.h"
 #include "common/grpc_health.h"
 #include "common/heap_policy.h"
 #include "common/hostname_rank.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
 #include "common/process_safety.h"
+#include "common/secrets.h"
 #include "common/security_flags.h"
 #include "common/types.h"
 #include "coordinator/client/coordinator_client.h"
@@ -288,6 +290,8 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX)));
   builder.RegisterService(&service);
+  ccl::RequestErrorDetails error_details("ccl.v1.Worker");
+  error_details.Install(builder);
   ccl::EnableHealthAndReflection();
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
@@ -315,6 +319,15 @@ int main(int argc, char** argv) {
   request.mutable_device()->set_index(device->index);
   if (rank >= 0) request.set_requested_rank(rank);
   request.set_worker_id(worker_id);
+  // What proves this process to the coordinator (heartbeats, re-joins,
+  // leaving): made here rather than issued at the first registration, so
+  // that a retry of a first registration that got no answer is recognised.
+  absl::StatusOr<std::string> secret = ccl::RandomSecretHex(32);
+  if (!secret.ok()) {
+    std::fprintf(stderr, "ccworker: %s\n", secret.status().ToString().c_str());
+    return 1;
+  }
+  request.set_worker_secret(*secret);
   request.set_timeout_ms(register_timeout_ms);
 
   ccl::WorldAgentOptions agent_options;

@@ -119,11 +119,18 @@ class AgreeingCommunicator final : public Communicator {
     for (size_t i = 0; i < n; ++i) {
       std::vector<OpFingerprint> of_op(world);
       for (size_t r = 0; r < world; ++r) of_op[r] = all[r * n + i];
-      if (absl::Status s = CompareCollective(collectives[i]->seq, of_op);
+      // Out of step first: fingerprints of different seqs say nothing
+      // about this op, withdrawn or not, and the communicator must go.
+      absl::Status compared = CompareCollective(collectives[i]->seq, of_op);
+      if (IsOutOfStep(compared)) {
+        inner_->Abort(compared);
+        return compared;
+      }
+      if (absl::Status s = CheckWithdrawn(collectives[i]->seq, of_op);
           !s.ok()) {
-        if (IsOutOfStep(s)) inner_->Abort(s);
         return s;
       }
+      if (!compared.ok()) return compared;
     }
     return absl::OkStatus();
   }
@@ -143,7 +150,13 @@ class AgreeingCommunicator final : public Communicator {
     }
     if (!exchanged.ok()) return exchanged;
     absl::Status compared = ComparePointToPoint(op.seq, mine, theirs);
-    if (IsOutOfStep(compared)) inner_->Abort(compared);
+    if (IsOutOfStep(compared)) {
+      inner_->Abort(compared);
+      return compared;
+    }
+    if (absl::Status s = CheckWithdrawn(op.seq, {mine, theirs}); !s.ok()) {
+      return s;
+    }
     return compared;
   }
 

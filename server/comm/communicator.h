@@ -68,6 +68,12 @@ struct BoundOp {
   // hanging, corrupting memory or taking the process down. Checked by
   // AgreeingCommunicator; backends see kSkip or kAgreed only.
   Agreement agreement = Agreement::kCheck;
+  // This rank's caller gave the op up before its turn (its client went
+  // away, or its deadline came while the op was queued). It still takes
+  // part in the agreement, which then fails the op on every rank with
+  // CANCELLED before any data moves: a rank that dropped it alone would
+  // leave the others waiting inside it. Only with kCheck.
+  bool withdrawn = false;
 };
 
 // How LaunchBatch runs a batch of ops.

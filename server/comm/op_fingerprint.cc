@@ -41,7 +41,23 @@ OpFingerprint FingerprintOf(const BoundOp& op, int rank) {
                        op.count,
                        rooted ? op.root : -1,
                        op.peer,
-                       op.seq};
+                       op.seq,
+                       op.withdrawn ? 1 : 0,
+                       0};
+}
+
+absl::Status CheckWithdrawn(int64_t seq,
+                            const std::vector<OpFingerprint>& all) {
+  std::vector<int32_t> ranks;
+  for (const OpFingerprint& f : all) {
+    if (f.withdrawn != 0) ranks.push_back(f.rank);
+  }
+  if (ranks.empty()) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat(
+      "seq ", seq, " was withdrawn before its turn at ",
+      ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "),
+      " (the call there ended: its deadline came, or its client went away), "
+      "so no rank ran it and nothing was sent"));
 }
 
 std::string Describe(const OpFingerprint& f) {

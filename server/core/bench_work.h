@@ -32,6 +32,11 @@ class BenchWork final : public Work, public ExecutorTask {
   // Valid once the work completed.
   BenchResult result() const;
 
+  // Ranks agree at checkpoints whether to go on (StopPoints in the .cc), so
+  // a bench given up by one rank's caller stops on every rank at the same
+  // instance and the group is free at once.
+  bool withdrawable() const override { return true; }
+
   // ExecutorTask.
   int64_t seq() const override { return spec().seq; }
   std::chrono::milliseconds timeout() const override { return op_.timeout; }
@@ -40,11 +45,12 @@ class BenchWork final : public Work, public ExecutorTask {
   void Complete(absl::Status status, double device_us) override;
 
  private:
-  absl::Status RunTimed(Communicator& comm);
+  class StopPoints;
+
+  absl::Status RunTimed(Communicator& comm, StopPoints& stops);
   absl::Status RunGraph(Communicator& comm);
   absl::Status RunChecked(Communicator& comm);
   absl::Status RunOnce(Communicator& comm, Agreement agreement);
-  absl::Status CheckCancelled() const;
   // What the instances after the first agreed one use: already agreed, or
   // (when the client skipped the check) still skipped.
   Agreement Repeated() const;

@@ -136,9 +136,35 @@ std::string Executor::state() const {
   return comm_->Health().ok() ? "ready" : "broken";
 }
 
+std::string Executor::WhyWaiting(int64_t seq) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (launching_ >= 0) {
+    return absl::StrCat("seq ", launching_, " of group ", group_,
+                        " was still running at rank ", rank_);
+  }
+  if (!in_flight_.empty()) {
+    return absl::StrCat("seq ", in_flight_.front().task->seq(), " of group ",
+                        group_, " was still running at rank ", rank_);
+  }
+  if (seq > next_seq_ && pending_.count(next_seq_) == 0) {
+    const auto waited =
+        gap_since_ ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - *gap_since_)
+                   : std::chrono::milliseconds(0);
+    return absl::StrCat("it waits behind seq ", next_seq_, " of group ", group_,
+                        ", which has not arrived at rank ", rank_, " after ",
+                        SecondsString(waited),
+                        " (the client that reserved it may have died; ",
+                        "the worker skips it ", SecondsString(gap_timeout_),
+                        " after it went missing: --seq-gap-timeout-ms)");
+  }
+  return absl::StrCat("seq ", next_seq_, " of group ", group_,
+                      " was next at rank ", rank_);
+}
+
 void Executor::LaunchLoop() {
   using Clock = std::chrono::steady_clock;
-  std::optional<Clock::time_point> gap_since;
+  std::optional<Clock::time_point>& gap_since = gap_since_;
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     if (stopping_) break;
@@ -189,6 +215,7 @@ void Executor::LaunchLoop() {
     std::shared_ptr<ExecutorTask> task = std::move(first->second);
     pending_.erase(first);
     next_seq_ += std::max<int64_t>(1, task->seq_count());
+    launching_ = task->seq();
     lock.unlock();
 
     task->Start();
@@ -204,6 +231,7 @@ void Executor::LaunchLoop() {
     }
 
     lock.lock();
+    launching_ = -1;
     if (!handle.ok()) {
       // Keep completions in seq order behind anything still in flight.
       in_flight_.push_back(

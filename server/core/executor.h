@@ -89,7 +89,12 @@ class Executor {
   // with `reason`.
   absl::Status Release(int64_t begin, int64_t end, absl::Status reason);
 
-  static constexpr int64_t kMaxSeqsAhead = int64_t{1} << 20;
+  // As far ahead as a client can legitimately be: one plan or reserved
+  // range (the coordinator hands out at most this many seqs at once). A
+  // queued seq further ahead would, once the gap before it timed out, make
+  // the group skip every seq below it, failing the ops other clients hold
+  // reservations for.
+  static constexpr int64_t kMaxSeqsAhead = int64_t{1} << 16;
   // Ops launched but not yet complete, at most: beyond this the launch
   // thread waits, so a stuck device cannot make a launch block inside the
   // backend (CUDA's launch queue is about a thousand deep).
@@ -97,6 +102,10 @@ class Executor {
 
   // The next seq the launch thread will run.
   int64_t next_seq() const;
+  // Why the task at `seq` (queued) has not started, for a person: the seq
+  // it waits for has not arrived (for how long, and when the gap timeout
+  // skips it), or an earlier op still runs.
+  std::string WhyWaiting(int64_t seq) const;
   // "ready", "broken" (communicator poisoned) or "stopped".
   std::string state() const;
   const std::string& group() const { return group_; }
@@ -131,6 +140,10 @@ class Executor {
   bool stopping_ = false;
   bool stopped_ = false;
   int64_t next_seq_ = 0;
+  // Since when next_seq_ has been missing with later tasks queued.
+  std::optional<std::chrono::steady_clock::time_point> gap_since_;
+  // The seq being launched (-1: none).
+  int64_t launching_ = -1;
   std::map<int64_t, std::shared_ptr<ExecutorTask>> pending_;
   // begin -> (end, what a late op there fails with) of seq ranges declared
   // lost or released.

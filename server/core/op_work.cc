@@ -27,13 +27,13 @@ void OpWork::Start() {
 }
 
 absl::StatusOr<std::unique_ptr<CommWork>> OpWork::Launch(Communicator& comm) {
-  // Its client went away before its turn: the peers' clients went away
-  // too (the client cancels every rank's call), so none of them runs it.
-  if (cancel_requested()) {
-    return absl::CancelledError(
-        "the client cancelled the op before it started; it was not run");
-  }
-  return comm.Launch(op_);
+  if (!cancel_requested() || !withdrawable()) return comm.Launch(op_);
+  // Given up before its turn. The other ranks may not know yet (their
+  // calls end a moment later, or not at all): the agreement tells them, and
+  // every rank fails the op with CANCELLED before any data moves.
+  BoundOp op = op_;
+  op.withdrawn = true;
+  return comm.Launch(op);
 }
 
 void OpWork::Complete(absl::Status status, double device_us) {

@@ -30,6 +30,11 @@ class OpWork final : public Work, public ExecutorTask {
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(Communicator& comm) override;
   void Complete(absl::Status status, double device_us) override;
 
+  // Ranks agree before the op runs, so they can drop it together.
+  bool withdrawable() const override {
+    return op_.agreement == Agreement::kCheck;
+  }
+
   // Called by Submit once Hold succeeded, so Complete releases the hold.
   void MarkHeld();
   // What the backend runs (dtype and count matter to the flight recorder).

@@ -77,6 +77,27 @@ void Work::OnDone(std::function<void()> callback) {
   callback();
 }
 
+bool Work::TryWithdraw() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != WorkState::kQueued) return false;
+  cancel_requested_ = true;
+  return true;
+}
+
+void Work::SetCallDeadline(std::chrono::steady_clock::time_point deadline) {
+  call_deadline_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          deadline.time_since_epoch())
+                          .count();
+}
+
+std::chrono::steady_clock::time_point Work::call_deadline() const {
+  const int64_t ns = call_deadline_ns_;
+  if (ns == INT64_MAX) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::nanoseconds(ns)));
+}
+
 void Work::MarkRunning() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ != WorkState::kQueued) return;

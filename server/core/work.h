@@ -46,8 +46,26 @@ class Work {
   // The client went away: work that has not started is dropped when its
   // turn comes (it still takes its seq), a bench stops between instances.
   // What is already inside the backend runs to its end or its timeout.
+  // Ranks drop and stop together (withdrawable() says where they can).
   void RequestCancel() { cancel_requested_ = true; }
   bool cancel_requested() const { return cancel_requested_; }
+
+  // Whether every rank can be made to drop this work together when one
+  // rank's caller gives it up before its turn (an op whose ranks agree
+  // before it runs; a bench, whose ranks agree where to stop). Work that
+  // cannot be is run even after a cancel: a rank that dropped it alone
+  // would leave the others waiting inside it until its timeout.
+  virtual bool withdrawable() const { return false; }
+  // As RequestCancel, but only while the work is still queued, and atomic
+  // with its start: true if it will not run here (nor, being withdrawable,
+  // anywhere); false once it started, when its own completion answers.
+  bool TryWithdraw();
+
+  // The time by which the call waiting for this work must have its answer
+  // (a little before the client's deadline); max if none. A bench stops
+  // there, on every rank together.
+  void SetCallDeadline(std::chrono::steady_clock::time_point deadline);
+  std::chrono::steady_clock::time_point call_deadline() const;
 
  protected:
   using Clock = std::chrono::steady_clock;
@@ -63,6 +81,7 @@ class Work {
   const OpSpec spec_;
   const Clock::time_point enqueued_ = Clock::now();
   std::atomic<bool> cancel_requested_{false};
+  std::atomic<int64_t> call_deadline_ns_{INT64_MAX};
 
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -253,7 +254,7 @@ class WorkerCoreImpl final : public WorkerCore {
   absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) override {
     OpSpec normalized = spec;
     std::shared_ptr<Executor> executor;
-    CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
+    CCL_ASSIGN_OR_RETURN(executor, FindSequenced(normalized, 1));
     auto resolved = Resolve(normalized, executor->communicator(), store_,
                             config_.default_op_timeout);
     if (!resolved.ok()) {
@@ -287,7 +288,10 @@ class WorkerCoreImpl final : public WorkerCore {
     whole.generation = plan.generation;
     whole.input = absl::StrCat("plan of ", plan.ops.size(), " ops");
     std::shared_ptr<Executor> executor;
-    CCL_ASSIGN_OR_RETURN(executor, FindGroup(whole));
+    CCL_ASSIGN_OR_RETURN(
+        executor,
+        FindSequenced(whole, std::max<int64_t>(
+                                 1, static_cast<int64_t>(plan.ops.size()))));
     const int64_t count = static_cast<int64_t>(plan.ops.size());
     if (count == 0) {
       return absl::InvalidArgumentError("a plan needs at least one op");
@@ -346,7 +350,7 @@ class WorkerCoreImpl final : public WorkerCore {
       const OpSpec& spec, const BenchOptions& options) override {
     OpSpec normalized = spec;
     std::shared_ptr<Executor> executor;
-    CCL_ASSIGN_OR_RETURN(executor, FindGroup(normalized));
+    CCL_ASSIGN_OR_RETURN(executor, FindSequenced(normalized, 1));
     auto refuse = [&](absl::Status why) {
       return RefuseSpec(*executor, normalized, 1, std::move(why));
     };
@@ -385,10 +389,14 @@ class WorkerCoreImpl final : public WorkerCore {
     spec.seq = seq;
     spec.kind = OpKind::kNop;
     spec.generation = generation;
-    // An unknown group or generation takes nothing: the request named
-    // somewhere this rank is not.
+    if (seq < 0 || count < 1) return reason;
+    // An unknown group, or an older generation, takes nothing (see
+    // FindSequenced); a malformed generation takes its seqs in the current
+    // one.
+    if (!GenerationTakesSeqs(spec.generation)) return reason;
+    spec.generation = 0;
     auto executor = FindGroup(spec);
-    if (!executor.ok() || seq < 0 || count < 1) return reason;
+    if (!executor.ok()) return reason;
     return RefuseSpec(**executor, spec, count, std::move(reason));
   }
 
@@ -428,6 +436,20 @@ class WorkerCoreImpl final : public WorkerCore {
                                               rank(), "; see ccctl group ls"));
     }
     return std::make_pair(next_seq, flight_.Last(name, limit));
+  }
+
+  std::string WhyQueued(const std::string& group, int64_t seq) override {
+    std::shared_ptr<Executor> executor;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (group.empty() || group == kWorldGroup) {
+        executor = world_;
+      } else if (auto it = groups_.find(group); it != groups_.end()) {
+        executor = it->second.executor;
+      }
+    }
+    if (!executor) return "its group is gone";
+    return executor->WhyWaiting(seq);
   }
 
   std::shared_ptr<Work> FindWork(int64_t id) override {
@@ -602,17 +624,37 @@ class WorkerCoreImpl final : public WorkerCore {
     waiter->generation = generation;
     waiter->ready = std::move(ready);
     bool now = false;
+    std::string beyond;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       now = !shutdown_ && world_ && generation_ >= generation;
-      if (!now) {
+      // The coordinator moves one generation at a time, and a worker in the
+      // world hears of each within a heartbeat: one more than the latest it
+      // knows of may be announced already; one further is not coming (a
+      // made-up stamp), and waiting for it would only hold the seq.
+      const int64_t known = reforming_since_
+                                ? std::max(generation_, forming_generation_)
+                                : generation_;
+      if (!now && !shutdown_ && world_ && generation > known + 1) {
+        beyond = absl::StrCat(
+            "generation ", generation, " is not coming: this worker is in ",
+            generation_,
+            reforming_since_
+                ? absl::StrCat(" and re-forming into ", forming_generation_)
+                : std::string(),
+            ", and generations come one at a time");
+      } else if (!now) {
         waiters_.push_back(waiter);
         waiter->timer = timers_.ScheduleAfter(timeout, [this, waiter, timeout] {
           GenerationTimedOut(waiter, timeout);
         });
       }
     }
-    if (now) waiter->ready(absl::OkStatus());
+    if (!beyond.empty()) {
+      waiter->ready(absl::FailedPreconditionError(beyond));
+    } else if (now) {
+      waiter->ready(absl::OkStatus());
+    }
   }
 
   void GenerationTimedOut(const std::shared_ptr<GenerationWaiter>& waiter,
@@ -787,11 +829,50 @@ class WorkerCoreImpl final : public WorkerCore {
     return it->second.executor;
   }
 
+  // Whether a sequenced request naming `generation` is one whose seqs this
+  // worker takes when it refuses it. 0 and the current generation: yes. An
+  // older one: no; its seqs were reserved in a generation that is over, and
+  // the same numbers in the current one belong to other clients, which a
+  // stale request must not take from them. A negative one (malformed) or
+  // one this worker has not reached (the coordinator moved on and this
+  // worker re-forms next, or the client made it up): yes, in the current
+  // generation, whose seq the client most likely reserved; should the world
+  // indeed be moving on, that generation's seqs are about to end anyway.
+  bool GenerationTakesSeqs(int64_t generation) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return generation <= 0 || generation >= generation_;
+  }
+
+  // FindGroup for a request that carries seqs [spec.seq, spec.seq + count):
+  // one refused for its generation still takes them where
+  // GenerationTakesSeqs says so, so the group's later ops do not wait out
+  // the gap timeout.
+  absl::StatusOr<std::shared_ptr<Executor>> FindSequenced(OpSpec& spec,
+                                                          int64_t count) {
+    const int64_t requested = spec.generation;
+    auto executor = FindGroup(spec);
+    if (executor.ok() || requested == 0 || !GenerationTakesSeqs(requested) ||
+        spec.seq < 0) {
+      return executor;
+    }
+    OpSpec current = spec;
+    current.generation = 0;
+    auto in_current = FindGroup(current);
+    if (!in_current.ok()) return executor;
+    return RefuseSpec(**in_current, current, count, executor.status());
+  }
+
   // Takes `count` seqs from `spec.seq` for a refused request, records the
   // refusal and returns it. Seqs that are themselves the problem (taken,
   // lost, too far ahead) are not taken.
   absl::Status RefuseSpec(Executor& executor, const OpSpec& spec, int64_t count,
                           absl::Status reason) {
+    // A refused request's seq may be anything (one over max_seq is refused
+    // for that): a range that would not fit in an int64 is not taken.
+    if (spec.seq < 0 || count < 1 ||
+        spec.seq > std::numeric_limits<int64_t>::max() - count) {
+      return reason;
+    }
     (void)executor.Release(spec.seq, spec.seq + count,
                            absl::AlreadyExistsError(absl::StrCat(
                                "seq ", spec.seq, " of group ", spec.group,

@@ -142,6 +142,9 @@ class WorkerCore {
   virtual absl::Status ReleaseSequence(const std::string& group,
                                        int64_t generation, int64_t begin,
                                        int64_t end) = 0;
+  // Why queued work at `seq` of `group` has not started yet, for a person
+  // (an error message): the seq it waits behind, or the op still running.
+  virtual std::string WhyQueued(const std::string& group, int64_t seq) = 0;
   // Async ops (OpSpec::async) stay findable by id until waited for
   // successfully; sync ones are never in the table.
   virtual std::shared_ptr<Work> FindWork(int64_t id) = 0;
@@ -165,7 +168,9 @@ class WorkerCore {
   // at once if it already is, else when FormWorld gets there (a request
   // stamped with a generation the coordinator already announced, while this
   // worker is still re-forming, waits instead of failing). After `timeout`,
-  // DEADLINE_EXCEEDED saying the world is re-forming and since when.
+  // DEADLINE_EXCEEDED saying the world is re-forming and since when. A
+  // generation more than one past the latest this worker knows of fails at
+  // once with FAILED_PRECONDITION.
   // `ready` runs on the thread that forms the world or on a timer thread
   // and must not block.
   virtual void AwaitGeneration(int64_t generation,

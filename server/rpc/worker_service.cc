@@ -191,9 +191,28 @@ class WriteReactor final
 // Answers a unary call that starts work: at once with an error, or when its
 // work completes. A client that cancels the call cancels the work
 // (Work::RequestCancel), also one attached after the cancel came.
+//
+// Work that can be withdrawn (Work::withdrawable) and is still queued a
+// little before the call's deadline is withdrawn then, and the call is
+// answered DEADLINE_EXCEEDED with what it waited for (the seq a dead client
+// never sent, say): the client hears why, not gRPC's bare "Deadline
+// Exceeded", and no rank runs an op its caller has given up on. The work's
+// completion and that timer race to answer; whichever wins the shared flag
+// finishes the reactor, and only the winner touches it (gRPC deletes it
+// after Finish).
 class CallReactor final : public grpc::ServerUnaryReactor {
  public:
+  CallReactor(grpc::CallbackServerContext* context, TimerQueue& timers,
+              int rank)
+      : deadline_(context->deadline()), timers_(timers), rank_(rank) {}
+
   void Fail(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  // Says why the work attached next is still queued, should its call's
+  // deadline come first; without one, the work is not withdrawn at the
+  // deadline.
+  void ExplainQueue(std::function<std::string()> why_queued) {
+    why_queued_ = std::move(why_queued);
+  }
   void Attach(std::shared_ptr<Work> work,
               std::function<absl::Status()> respond) {
     {
@@ -201,8 +220,34 @@ class CallReactor final : public grpc::ServerUnaryReactor {
       work_ = work;
       if (cancelled_) work->RequestCancel();
     }
-    work->OnDone([this, respond = std::move(respond)] {
-      Finish(ToGrpcStatus(respond()));
+    auto answered = std::make_shared<std::atomic<bool>>(false);
+    TimerQueue::TimerId timer = 0;
+    if (deadline_ != std::chrono::system_clock::time_point::max() &&
+        why_queued_ && work->withdrawable()) {
+      // Time for the answer to travel back: a tenth of the call, within
+      // [100 ms, 2 s].
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline_ - std::chrono::system_clock::now());
+      const auto margin = std::clamp(left / 10, std::chrono::milliseconds(100),
+                                     std::chrono::milliseconds(2000));
+      const auto at = std::chrono::steady_clock::now() + (left - margin);
+      work->SetCallDeadline(at);
+      timer = timers_.Schedule(at, [answered, work, self = this,
+                                    why_queued = why_queued_, rank = rank_] {
+        if (!work->TryWithdraw()) return;  // it runs; its end answers
+        if (answered->exchange(true)) return;
+        self->Finish(grpc::Status(
+            grpc::StatusCode::DEADLINE_EXCEEDED,
+            absl::StrCat(work->Describe(), " was still queued at rank ", rank,
+                         " as the call's deadline came: ", why_queued(),
+                         ". It was withdrawn: no rank runs it")));
+      });
+    }
+    work->OnDone([answered, self = this, respond = std::move(respond),
+                  timers = &timers_, timer] {
+      if (answered->exchange(true)) return;
+      if (timer != 0) timers->Cancel(timer);
+      self->Finish(ToGrpcStatus(respond()));
     });
   }
   void OnCancel() override {
@@ -213,6 +258,10 @@ class CallReactor final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
+  const std::chrono::system_clock::time_point deadline_;
+  TimerQueue& timers_;
+  const int rank_;
+  std::function<std::string()> why_queued_;
   std::mutex mutex_;
   bool cancelled_ = false;
   std::shared_ptr<Work> work_;
@@ -330,7 +379,8 @@ grpc::ServerUnaryReactor* WorkerService::SummarizeTensor(
 // coordinator announced it; this worker is still re-forming) waits for it,
 // bounded by the request's timeout, instead of failing.
 void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
-                                 CallReactor* reactor,
+                                 const std::string& group, int64_t seq,
+                                 int64_t count, CallReactor* reactor,
                                  std::function<void()> start) {
   if (generation <= core_.generation()) {
     start();
@@ -339,14 +389,16 @@ void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
   const std::chrono::milliseconds timeout =
       timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms)
                      : core_.config().default_op_timeout;
-  core_.AwaitGeneration(generation, timeout,
-                        [reactor, start = std::move(start)](absl::Status s) {
-                          if (s.ok()) {
-                            start();
-                          } else {
-                            reactor->Fail(s);
-                          }
-                        });
+  core_.AwaitGeneration(
+      generation, timeout,
+      [this, reactor, start = std::move(start), group, seq, count,
+       generation](absl::Status s) {
+        if (s.ok()) {
+          start();
+        } else {
+          reactor->Fail(core_.Refuse(group, seq, count, generation, s));
+        }
+      });
 }
 
 grpc::ServerUnaryReactor* WorkerService::Submit(
@@ -357,8 +409,11 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
     return Finish(context, core_.Refuse(request->group(), request->seq(), 1,
                                         request->generation(), spec.status()));
   }
-  auto* reactor = new CallReactor();
-  InGeneration(spec->generation, request->timeout_ms(), reactor,
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
+  // Copied first: the lambda below takes the spec.
+  const std::string group = spec->group;
+  const int64_t seq = spec->seq;
+  InGeneration(spec->generation, request->timeout_ms(), group, seq, 1, reactor,
                [this, spec = *std::move(spec), reactor, response] {
                  auto work = core_.Submit(spec);
                  if (!work.ok()) return reactor->Fail(work.status());
@@ -372,6 +427,7 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
                    response->set_state(StateToProto(raw->state()));
                    return reactor->Fail(absl::OkStatus());
                  }
+                 reactor->ExplainQueue(WhyQueuedFor(spec.group, spec.seq));
                  reactor->Attach(*work, [raw, response] {
                    response->set_state(StateToProto(raw->state()));
                    *response->mutable_timing() = TimingToProto(raw->timing());
@@ -391,11 +447,15 @@ grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
                                         std::max(1, request->ops_size()),
                                         request->generation(), plan.status()));
   }
-  auto* reactor = new CallReactor();
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
   const int64_t timeout_ms =
       request->ops_size() > 0 ? request->ops(0).timeout_ms() : 0;
+  // Copied first: the lambda below takes the plan.
+  const std::string group = plan->group;
+  const int64_t seq = plan->seq;
+  const int64_t count = std::max(1, request->ops_size());
   InGeneration(
-      plan->generation, timeout_ms, reactor,
+      plan->generation, timeout_ms, group, seq, count, reactor,
       [this, plan = *std::move(plan), reactor, response] {
         auto work = core_.SubmitPlan(plan);
         if (!work.ok()) return reactor->Fail(work.status());
@@ -404,6 +464,7 @@ grpc::ServerUnaryReactor* WorkerService::SubmitPlan(
         response->set_group(plan.group);
         response->set_seq(plan.seq);
         PlanWork* held = work->get();
+        reactor->ExplainQueue(WhyQueuedFor(plan.group, plan.seq));
         reactor->Attach(*work, [held, response] {
           const std::vector<PlanOpResult> results = held->results();
           const std::vector<OpSpec>& specs = held->op_specs();
@@ -453,14 +514,18 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
     return Finish(context, core_.Refuse(op.group(), op.seq(), 1,
                                         op.generation(), spec.status()));
   }
-  auto* reactor = new CallReactor();
-  InGeneration(spec->generation, op.timeout_ms(), reactor,
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
+  // Copied first: the lambda below takes the spec.
+  const std::string group = spec->group;
+  const int64_t seq = spec->seq;
+  InGeneration(spec->generation, op.timeout_ms(), group, seq, 1, reactor,
                [this, spec = *std::move(spec),
                 options = BenchOptionsFromProto(*request), reactor, response] {
                  auto work = core_.Bench(spec, options);
                  if (!work.ok()) return reactor->Fail(work.status());
                  BenchWork* held = work->get();
                  const int rank = core_.rank();
+                 reactor->ExplainQueue(WhyQueuedFor(spec.group, spec.seq));
                  reactor->Attach(*work, [held, response, rank] {
                    const absl::Status status = held->status();
                    if (status.ok()) {
@@ -558,11 +623,12 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
         (deadline - std::chrono::system_clock::now()) * 4 / 5);
     if (timeout.count() <= 0) timeout = std::chrono::milliseconds(1);
   }
-  auto* reactor = new CallReactor();
+  auto* reactor = new CallReactor(context, timers_, core_.rank());
   // The world seq was reserved in request->generation(): a split for a
   // generation this worker is still forming waits for it, as ops do.
   InGeneration(
-      request->generation(), timeout.count(), reactor,
+      request->generation(), timeout.count(), kWorldGroup, request->seq(), 1,
+      reactor,
       [this, request, response, reactor, ranks = std::move(ranks), timeout] {
         auto work = core_.CreateGroup(request->name(), ranks, request->seq(),
                                       request->generation(), timeout);
@@ -570,6 +636,7 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
         Work* held = work->get();
         WorkerCore* core = &core_;
         const std::string name = request->name();
+        reactor->ExplainQueue(WhyQueuedFor(kWorldGroup, request->seq()));
         reactor->Attach(*work, [held, response, core, name] {
           absl::Status status = held->status();
           if (status.ok()) {
@@ -581,6 +648,13 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
         });
       });
   return reactor;
+}
+
+std::function<std::string()> WorkerService::WhyQueuedFor(std::string group,
+                                                         int64_t seq) {
+  return [core = &core_, group = std::move(group), seq] {
+    return core->WhyQueued(group, seq);
+  };
 }
 
 grpc::ServerUnaryReactor* WorkerService::GetOpLog(

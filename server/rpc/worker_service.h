@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -86,8 +87,13 @@ class WorkerService final : public v1::Worker::CallbackService {
                                         v1::GroupInfo* response) override;
 
  private:
-  // Runs `start` now, or once this worker reaches `generation`.
+  // Says, when asked, why the work at `seq` of `group` is still queued.
+  std::function<std::string()> WhyQueuedFor(std::string group, int64_t seq);
+  // Runs `start` now, or once this worker reaches `generation`. If it does
+  // not, the request is refused and takes its `count` seqs from `seq` of
+  // `group` as any refused request does (WorkerCore::Refuse).
   void InGeneration(int64_t generation, int64_t timeout_ms,
+                    const std::string& group, int64_t seq, int64_t count,
                     CallReactor* reactor, std::function<void()> start);
 
   WorkerCore& core_;

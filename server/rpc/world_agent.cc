@@ -19,6 +19,20 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kRejoinAttempt(5000);
 constexpr std::chrono::milliseconds kMaxBackoff(2000);
 
+// The coordinator takes a reason of at most 4 KiB without control
+// characters (coordinator/request_limits.h); a long backend message is cut.
+std::string ReformReason(std::string reason) {
+  constexpr size_t kMaxReason = 4000;
+  for (char& c : reason) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (reason.size() > kMaxReason) {
+    reason.resize(kMaxReason);
+    reason += "...";
+  }
+  return reason;
+}
+
 bool Retryable(absl::StatusCode code, bool first) {
   switch (code) {
     case absl::StatusCode::kUnavailable:
@@ -39,7 +53,10 @@ bool Retryable(absl::StatusCode code, bool first) {
 
 WorldAgent::WorldAgent(WorkerCore& core, CoordinatorClient& coordinator,
                        WorldAgentOptions options)
-    : core_(core), coordinator_(coordinator), options_(std::move(options)) {}
+    : core_(core),
+      coordinator_(coordinator),
+      options_(std::move(options)),
+      secret_(options_.registration.worker_secret()) {}
 
 WorldAgent::~WorldAgent() {
   Stop();
@@ -91,6 +108,10 @@ absl::Status WorldAgent::Join() {
 absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
                                 bool& registration_failed) {
   v1::RegisterRequest request = options_.registration;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    request.set_worker_secret(secret_);
+  }
   if (!first) {
     request.set_requested_rank(core_.rank());
     request.set_rejoin(true);
@@ -129,6 +150,10 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   const int rank = registered->rank();
   const int64_t generation = registered->generation();
   const int world_size = registered->world().world_size();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    secret_ = registered->worker_secret();
+  }
   registered_rank_ = rank;
   registered_generation_ = generation;
   if (!heartbeat_thread_.joinable()) {
@@ -198,15 +223,19 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
   beat.set_worker_id(options_.registration.worker_id());
   beat.set_tensor_count(static_cast<int64_t>(core_.List().size()));
   beat.set_tensor_bytes(core_.BytesInUse());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    beat.set_worker_secret(secret_);
+  }
   if (failed_generation_ == beat.generation()) {
     std::lock_guard<std::mutex> lock(mutex_);
-    beat.set_reform_reason(
+    beat.set_reform_reason(ReformReason(
         absl::StrCat("building the communicators of "
                      "generation ",
-                     beat.generation(), " failed: ", failed_reason_));
+                     beat.generation(), " failed: ", failed_reason_)));
   } else if (core_.generation() == beat.generation()) {
     if (absl::Status health = core_.CommunicatorHealth(); !health.ok()) {
-      beat.set_reform_reason(std::string(health.message()));
+      beat.set_reform_reason(ReformReason(std::string(health.message())));
     }
   }
   absl::StatusOr<v1::HeartbeatResponse> reply = coordinator_.Heartbeat(beat);
@@ -220,6 +249,13 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
       spdlog::info("ccworker: heartbeat: {}; re-joining",
                    std::string(reply.status().message()));
       return Beat::kRejoin;
+    case absl::StatusCode::kPermissionDenied:
+      // Another process holds this worker's id with a secret this one does
+      // not have (it registered first after the coordinator restarted):
+      // nothing this worker can fix; an operator must look.
+      spdlog::error("ccworker: heartbeat refused: {}",
+                    std::string(reply.status().message()));
+      return Beat::kUnreachable;
     default:
       return Beat::kUnreachable;
   }
@@ -306,6 +342,10 @@ absl::Status WorldAgent::Leave() {
   leave.set_rank(registered_rank_);
   leave.set_generation(registered_generation_);
   leave.set_worker_id(options_.registration.worker_id());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    leave.set_worker_secret(secret_);
+  }
   return coordinator_.Deregister(leave);
 }
 

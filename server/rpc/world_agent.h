@@ -92,6 +92,10 @@ class WorldAgent {
   // ask the coordinator for the next one (failed_reason_ under mutex_).
   std::atomic<int64_t> failed_generation_{-1};
   std::string failed_reason_;
+  // The secret the coordinator issued this worker (under mutex_): every
+  // heartbeat, re-registration and the deregistration carry it. Memory
+  // only; a coordinator that restarted issues a new one at re-registration.
+  std::string secret_;
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -1,9 +1,12 @@
 // libFuzzer target over the worker's request handling: the first byte picks
 // a request message, the rest is parsed as it; the request is validated
-// (server/request_limits) and, if valid, converted and run as the gRPC
-// adapter would, against a real worker core on the CPU in a world of one
-// (Gloo). Tensors and groups persist across inputs, so sequences of
-// requests are explored too. A crash, a sanitizer report or a hang is a bug.
+// (server/rpc/request_limits) and, if valid, converted and run as the gRPC
+// adapter (server/rpc/worker_service.cc) does, against a real worker core on
+// the CPU in a world of one (Gloo); a refused sequenced request is handed to
+// WorkerCore::Refuse as the adapter hands it. Tensors and groups persist
+// across inputs, so sequences of requests are explored too. A crash, a
+// sanitizer report or a hang is a bug.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -54,7 +57,7 @@ class Harness {
   }
 
   void Run(uint8_t selector, const std::string& bytes) {
-    switch (selector % 11) {
+    switch (selector % 13) {
       case 0:
         Handle<v1::AllocTensorRequest>(bytes, [&](const auto& r) {
           if (!ValidateRequest(r, limits_).ok()) return;
@@ -98,9 +101,13 @@ class Harness {
         break;
       case 5:
         Handle<v1::OpRequest>(bytes, [&](const auto& r) {
-          if (!ValidateRequest(r, limits_).ok()) return;
-          auto spec = OpSpecFromProto(r);
-          if (!spec.ok()) return;
+          auto spec =
+              Valid(r, [](const auto& m) { return OpSpecFromProto(m); });
+          if (!spec.ok()) {
+            (void)core_->Refuse(r.group(), r.seq(), 1, r.generation(),
+                                spec.status());
+            return;
+          }
           auto work = core_->Submit(*spec);
           if (!work.ok()) return;
           (void)(*work)->Wait(kWorkWait);
@@ -109,9 +116,13 @@ class Harness {
         break;
       case 6:
         Handle<v1::BenchRequest>(bytes, [&](const auto& r) {
-          if (!ValidateRequest(r, limits_).ok()) return;
-          auto spec = OpSpecFromProto(r.op());
-          if (!spec.ok()) return;
+          auto spec =
+              Valid(r, [](const auto& m) { return OpSpecFromProto(m.op()); });
+          if (!spec.ok()) {
+            (void)core_->Refuse(r.op().group(), r.op().seq(), 1,
+                                r.op().generation(), spec.status());
+            return;
+          }
           auto work = core_->Bench(*spec, BenchOptionsFromProto(r));
           if (work.ok()) (void)(*work)->Wait(kWorkWait);
         });
@@ -138,7 +149,10 @@ class Harness {
         break;
       case 9:
         Handle<v1::CreateGroupRequest>(bytes, [&](const auto& r) {
-          if (!ValidateRequest(r, limits_).ok()) return;
+          if (absl::Status s = ValidateRequest(r, limits_); !s.ok()) {
+            (void)core_->Refuse(kWorldGroup, r.seq(), 1, 0, s);
+            return;
+          }
           std::vector<int> ranks(r.ranks().begin(), r.ranks().end());
           auto work =
               core_->CreateGroup(r.name(), ranks, r.seq(), r.generation(),
@@ -153,10 +167,40 @@ class Harness {
           }
         });
         break;
+      case 11:
+        Handle<v1::PlanRequest>(bytes, [&](const auto& r) {
+          auto plan =
+              Valid(r, [](const auto& m) { return PlanSpecFromProto(m); });
+          if (!plan.ok()) {
+            (void)core_->Refuse(r.group(), r.seq(), std::max(1, r.ops_size()),
+                                r.generation(), plan.status());
+            return;
+          }
+          auto work = core_->SubmitPlan(*plan);
+          if (work.ok()) (void)(*work)->Wait(kWorkWait);
+        });
+        break;
+      case 12:
+        Handle<v1::ReleaseSequenceRequest>(bytes, [&](const auto& r) {
+          if (ValidateRequest(r, limits_).ok()) {
+            (void)core_->ReleaseSequence(r.group(), r.generation(), r.begin(),
+                                         r.end());
+          }
+        });
+        break;
     }
   }
 
  private:
+  // The request checked against the limits, then converted: the adapter's
+  // ValidThen.
+  template <typename Message, typename Convert>
+  auto Valid(const Message& message, Convert convert)
+      -> decltype(convert(message)) {
+    if (absl::Status s = ValidateRequest(message, limits_); !s.ok()) return s;
+    return convert(message);
+  }
+
   template <typename Message, typename F>
   static void Handle(const std::string& bytes, F&& handle) {
     Message message;

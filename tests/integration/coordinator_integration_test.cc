@@ -79,9 +79,15 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     request.set_host("localhost");
     request.mutable_device()->set_kind(v1::DEVICE_KIND_CPU);
     request.set_worker_id(worker_id);
+    request.set_worker_secret(SecretOf(worker_id));
     request.set_timeout_ms(timeout_ms);
     if (rank) request.set_requested_rank(*rank);
     return stub_->Register(Context().get(), request, out);
+  }
+
+  // What each test worker proves itself with, as a ccworker brings its own.
+  static std::string SecretOf(const std::string& worker_id) {
+    return "secret-of-" + worker_id + "-0123456789abcdef0123456789abcdef";
   }
 
   v1::World GetWorld() {
@@ -138,6 +144,7 @@ TEST_F(CoordinatorIntegrationTest, ConcurrentWorkersFormOneWorld) {
   hb.set_rank(0);
   hb.set_generation(1);
   hb.set_worker_id(world.members(0).worker_id());
+  hb.set_worker_secret(SecretOf(world.members(0).worker_id()));
   hb.set_tensor_count(2);
   hb.set_tensor_bytes(1024);
   v1::HeartbeatResponse hb_out;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -526,6 +527,224 @@ TEST_F(FailureTest, DifferentCollectivesAtTheSameSeqFailEverywhere) {
   }
   ExpectCorrectAllReduce("check");
   EXPECT_EQ(Client()->world().generation, generation);
+}
+
+// Requests refused for what they say still take their seq on every rank
+// (issue 15, item 3): a generation that is not coming, an unknown op kind,
+// a negative generation and a premul_sum without a scale each fail at once
+// with their reason, and the next op runs at once instead of waiting out the
+// 30 s gap the refused seq would otherwise leave. A seq far past the group's
+// next is refused and not queued, so the group never skips ahead to it.
+TEST_F(FailureTest, RefusedRequestsTakeTheirSeqOnEveryRank) {
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(
+        AllocOnDevice(*client, r, Float32("y", 64, v1::FILL_KIND_RANK_PLUS_ONE))
+            .ok());
+  }
+  struct Refused {
+    std::function<void(v1::OpRequest&)> spoil;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const std::vector<Refused> cases = {
+      {[](v1::OpRequest& op) { op.set_generation(999); },
+       absl::StatusCode::kFailedPrecondition, "generation 999 is not coming"},
+      {[](v1::OpRequest& op) { op.set_generation(-1); },
+       absl::StatusCode::kInvalidArgument, "generation is negative"},
+      {[](v1::OpRequest& op) { op.set_kind(static_cast<v1::OpKind>(99)); },
+       absl::StatusCode::kInvalidArgument, "unknown op kind 99"},
+      {[](v1::OpRequest& op) {
+         op.set_reduce_op(v1::REDUCE_OP_PREMUL_SUM);
+         op.set_premul_scale(0);
+       },
+       absl::StatusCode::kInvalidArgument, "premul_scale"},
+  };
+  for (const Refused& refused : cases) {
+    auto seq = client->ReserveSeq(1);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    for (const auto& r : client->FanOut<v1::OpResponse>(
+             client->AllRanks(),
+             [&](int rank) -> absl::StatusOr<v1::OpResponse> {
+               v1::OpRequest op = AllReduce("y");
+               op.set_seq(*seq);
+               op.set_generation(generation);
+               refused.spoil(op);
+               return Submit(*client, rank, op);
+             })) {
+      EXPECT_EQ(r.result.status().code(), refused.code)
+          << "rank " << r.rank << ": " << r.result.status();
+      EXPECT_THAT(r.result.status().message(), HasSubstr(refused.says));
+    }
+    v1::OpRequest barrier;
+    barrier.set_kind(v1::OP_KIND_BARRIER);
+    const auto start = Clock::now();
+    for (const auto& r : client->Collective(barrier)) {
+      EXPECT_TRUE(r.result.ok())
+          << refused.says << ": rank " << r.rank << ": " << r.result.status();
+    }
+    EXPECT_LT(Clock::now() - start, seconds(10))
+        << "the refused seq was not taken: " << refused.says;
+  }
+
+  auto next = client->ReserveSeq(1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  v1::OpRequest far;
+  far.set_kind(v1::OP_KIND_NOP);
+  far.set_seq(*next + 1000000);
+  far.set_generation(generation);
+  for (int r = 0; r < kWorkers; ++r) {
+    auto refused = Submit(*client, r, far);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange)
+        << "rank " << r << ": " << refused.status();
+    EXPECT_THAT(refused.status().message(), HasSubstr("past the group's next"));
+  }
+  // The seq reserved above, unused, is released so the group does not wait.
+  for (int r = 0; r < kWorkers; ++r) {
+    v1::ReleaseSequenceRequest release;
+    release.set_generation(generation);
+    release.set_begin(*next);
+    release.set_end(*next + 1);
+    v1::ReleaseSequenceResponse released;
+    auto context = client->Context(milliseconds(kOpTimeoutMs));
+    ASSERT_TRUE(client->Worker(r)
+                    .ReleaseSequence(context.get(), release, &released)
+                    .ok());
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    EXPECT_TRUE(cluster_->worker(r).running()) << "rank " << r << " died";
+    auto summary = client->Summarize(r, "y", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->head(0), r + 1) << "refused ops moved data";
+  }
+  ExpectCorrectAllReduce("check");
+  EXPECT_EQ(Client()->world().generation(), generation);
+}
+
+// An op queued behind a seq its client never sent (a dead client's): the
+// call hears, before its deadline, which seq it waited behind, and the op is
+// withdrawn on every rank, so when the gap closes nothing runs that no
+// caller waits for, and the group goes on at once.
+TEST_F(FailureTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(
+        AllocOnDevice(*client, r, Float32("y", 64, v1::FILL_KIND_RANK_PLUS_ONE))
+            .ok());
+  }
+  auto seq = client->ReserveSeq(2);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const auto start = Clock::now();
+  for (const auto& r : client->FanOut<v1::OpResponse>(
+           client->AllRanks(), [&](int rank) -> absl::StatusOr<v1::OpResponse> {
+             v1::OpRequest op = AllReduce("y");
+             op.set_seq(*seq + 1);
+             op.set_generation(generation);
+             v1::OpResponse response;
+             grpc::ClientContext context;
+             context.set_deadline(std::chrono::system_clock::now() +
+                                  seconds(3));
+             grpc::Status status =
+                 client->Worker(rank).Submit(&context, op, &response);
+             if (!status.ok()) {
+               return absl::Status(
+                   static_cast<absl::StatusCode>(status.error_code()),
+                   status.error_message());
+             }
+             return response;
+           })) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_THAT(r.result.status().message(),
+                HasSubstr(absl::StrCat("waits behind seq ", *seq)))
+        << "rank " << r.rank;
+    EXPECT_THAT(r.result.status().message(), HasSubstr("withdrawn"));
+  }
+  EXPECT_LT(Clock::now() - start, seconds(5));
+  // The missing seq is given up (as the gap timeout would, later): the
+  // withdrawn op behind it fails everywhere without moving data.
+  for (int r = 0; r < kWorkers; ++r) {
+    v1::ReleaseSequenceRequest release;
+    release.set_generation(generation);
+    release.set_begin(*seq);
+    release.set_end(*seq + 1);
+    v1::ReleaseSequenceResponse released;
+    auto context = client->Context(milliseconds(kOpTimeoutMs));
+    ASSERT_TRUE(client->Worker(r)
+                    .ReleaseSequence(context.get(), release, &released)
+                    .ok());
+  }
+  const auto next = Clock::now();
+  v1::OpRequest barrier;
+  barrier.set_kind(v1::OP_KIND_BARRIER);
+  for (const auto& r : client->Collective(barrier)) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  EXPECT_LT(Clock::now() - next, seconds(5));
+  for (int r = 0; r < kWorkers; ++r) {
+    auto summary = client->Summarize(r, "y", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->head(0), r + 1) << "the withdrawn op ran";
+  }
+  ExpectCorrectAllReduce("check");
+  EXPECT_EQ(Client()->world().generation(), generation);
+}
+
+// A bench far longer than its call (issue 15, item 4): every rank stops it
+// at the same instance a little before the call's deadline and says so with
+// DEADLINE_EXCEEDED, and the group is free at once for the next op.
+TEST_F(FailureTest, ABenchStopsOnEveryRankAtItsCallsDeadline) {
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation();
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(
+        AllocOnDevice(*client, r, Float32("b", 1 << 16, v1::FILL_KIND_ONES))
+            .ok());
+  }
+  auto seq = client->ReserveSeq(1);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const auto start = Clock::now();
+  auto results = client->FanOut<v1::BenchResponse>(
+      client->AllRanks(), [&](int rank) -> absl::StatusOr<v1::BenchResponse> {
+        v1::BenchRequest bench;
+        *bench.mutable_op() = AllReduce("b");
+        bench.mutable_op()->set_seq(*seq);
+        bench.mutable_op()->set_generation(generation);
+        bench.set_iters(1000000);
+        v1::BenchResponse response;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + seconds(6));
+        grpc::Status status =
+            client->Worker(rank).Bench(&context, bench, &response);
+        if (!status.ok()) {
+          return absl::Status(
+              static_cast<absl::StatusCode>(status.error_code()),
+              status.error_message());
+        }
+        return response;
+      });
+  for (const auto& r : results) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r.rank << ": " << r.result.status();
+    // The worker's own answer, not gRPC's bare one.
+    EXPECT_THAT(r.result.status().message(),
+                HasSubstr("every rank stopped at the same instance"))
+        << "rank " << r.rank;
+  }
+  EXPECT_LT(Clock::now() - start, seconds(8));
+  const auto next = Clock::now();
+  ExpectCorrectAllReduce("check");
+  EXPECT_LT(Clock::now() - next, seconds(5)) << "the bench held the group";
+  for (int r = 0; r < kWorkers; ++r) {
+    EXPECT_TRUE(cluster_->worker(r).running()) << "rank " << r << " died";
+  }
+  EXPECT_EQ(Client()->world().generation(), generation);
 }
 
 // The coordinator dies and comes back empty: workers re-register into their

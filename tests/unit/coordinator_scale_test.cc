@@ -4,7 +4,9 @@
 // told to workers), never speed: bench/rendezvous_bench measures that.
 #include <atomic>
 #include <future>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -163,6 +165,7 @@ class CoordinatorScaleTest : public ::testing::Test {
     RegisterRequest request;
     request.address = "10.0.0.1:" + worker_id;
     request.worker_id = worker_id;
+    request.secret = Secret(worker_id);
     request.timeout = timeout;
     core_->Register(core_->NewWaitId(), std::move(request), result->callback());
     return result;
@@ -185,6 +188,21 @@ class CoordinatorScaleTest : public ::testing::Test {
   const std::chrono::steady_clock::time_point base_ =
       std::chrono::steady_clock::now();
   std::atomic<int64_t> offset_ms_{0};
+  // What each test worker proves itself with, as a ccworker brings its own.
+  static std::string Secret(const std::string& worker_id) {
+    return "secret-of-" + worker_id + "-0123456789abcdef0123456789abcdef";
+  }
+  HeartbeatRequest Beat(int rank, int64_t generation,
+                        const std::string& worker_id, int64_t count = 0,
+                        int64_t bytes = 0, std::string reason = "") {
+    return HeartbeatRequest{rank,  generation,        worker_id,        count,
+                            bytes, std::move(reason), Secret(worker_id)};
+  }
+  absl::StatusOr<int64_t> Leave(int rank, int64_t generation,
+                                const std::string& worker_id) {
+    return core_->Deregister(rank, generation, worker_id, Secret(worker_id));
+  }
+
   std::unique_ptr<CoordinatorCore> core_;
 };
 
@@ -209,7 +227,7 @@ TEST_F(CoordinatorScaleTest,
   constexpr int kWorld = 2048;
   Make(kWorld);
   ASSERT_TRUE(FormWorld(kWorld)[0].ok());
-  ASSERT_TRUE(core_->Heartbeat({0, 1, "w0", 0, 0, "broken"}).ok());
+  ASSERT_TRUE(core_->Heartbeat(Beat(0, 1, "w0", 0, 0, "broken")).ok());
   // Everyone comes back into generation 2 at once (a reconnect each).
   auto again = FormWorld(kWorld);
   for (int i = 0; i < kWorld; ++i) {
@@ -224,6 +242,7 @@ TEST_F(CoordinatorScaleTest,
   RegisterRequest moved;
   moved.address = "10.9.9.9:1";
   moved.worker_id = "w7";
+  moved.secret = Secret("w7");
   Result<RegisterResult> result;
   core_->Register(core_->NewWaitId(), moved, result.callback());
   auto r = result.Get();
@@ -262,7 +281,8 @@ TEST_F(CoordinatorScaleTest, WorkersAreToldTheStretchedTimingAndItIsEnforced) {
     for (int rank = 0; rank < 16384; ++rank) {
       if (rank == silent) continue;
       ASSERT_TRUE(
-          core_->Heartbeat({rank, 1, "w" + std::to_string(rank), 0, 0}).ok());
+          core_->Heartbeat(Beat(rank, 1, "w" + std::to_string(rank), 0, 0))
+              .ok());
     }
   };
   Advance(milliseconds(4000));
@@ -334,14 +354,14 @@ TEST_F(CoordinatorScaleTest, DeadGenerationsAreCollected) {
 
   // Generation 2: generation 1 is kept (calls in flight when it ended may
   // still read it), generation 0 had nothing.
-  ASSERT_TRUE(core_->Deregister(1, 1, "w1").ok());
+  ASSERT_TRUE(Leave(1, 1, "w1").ok());
   ASSERT_TRUE(Register("w9")->Get().ok());
   ASSERT_TRUE(core_->KvSet(0, "gloo/0", "b").ok());
   EXPECT_EQ(core_->KvGet(1, "gloo/0")->second, std::string(100, 'a'));
   EXPECT_EQ(core_->Stats().kv.generations, 2);
 
   // Generation 3: generation 1 is gone, and saying so is actionable.
-  ASSERT_TRUE(core_->Deregister(1, 2, "w9").ok());
+  ASSERT_TRUE(Leave(1, 2, "w9").ok());
   ASSERT_TRUE(Register("w10")->Get().ok());
   auto gone = core_->KvGet(1, "gloo/0");
   EXPECT_EQ(gone.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -368,7 +388,7 @@ TEST_F(CoordinatorScaleTest, WaitsOfAnEndedGenerationFailAtOnce) {
   core_->GetUniqueId(core_->NewWaitId(), 1, "world", milliseconds(0),
                      id.callback());
   EXPECT_FALSE(kv.ready());
-  ASSERT_TRUE(core_->Heartbeat({0, 1, "w0", 0, 0, "broken"}).ok());
+  ASSERT_TRUE(core_->Heartbeat(Beat(0, 1, "w0", 0, 0, "broken")).ok());
   EXPECT_EQ(kv.Get().status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(id.Get().status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(core_->Stats().kv.parked, 0);

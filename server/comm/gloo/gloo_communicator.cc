@@ -219,6 +219,21 @@ uint64_t P2PReplySlot(int64_t seq) {
          (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
 }
 
+// Gloo reports a failed system call inside its TCP transport (epoll_ctl on
+// the socket of a pair a peer closed, a write to a dead peer) with
+// GLOO_ENFORCE, like a broken invariant; its message carries the source
+// file. One from the transport is the network's doing: UNAVAILABLE, and the
+// communicator is poisoned, as for an IoException. Elsewhere it is a bug:
+// INTERNAL (and still poisoned: peers may be mid-op).
+absl::Status FromEnforce(const std::string& where, const char* what) {
+  const std::string message = absl::StrCat(where, ": ", what);
+  if (absl::StrContains(what, "gloo/transport/")) {
+    return absl::UnavailableError(
+        absl::StrCat(message, " (the connection to a peer failed)"));
+  }
+  return absl::InternalError(message);
+}
+
 double MicrosSince(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start)
       .count();
@@ -264,7 +279,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     if (LooksLikeTimeout(e.what())) return absl::DeadlineExceededError(message);
     return absl::UnavailableError(message);
   } catch (const gloo::EnforceNotMet& e) {
-    return absl::InternalError(absl::StrCat(where, ": ", e.what()));
+    return FromEnforce(where, e.what());
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(where, ": out of memory"));
   } catch (const std::exception& e) {
@@ -387,7 +402,14 @@ absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
     poison = true;
     status = absl::UnavailableError(absl::StrCat(where, ": ", e.what()));
   } catch (const gloo::EnforceNotMet& e) {
-    status = AbortedUnder(where, e.what());
+    // Aborted under the op (a re-form): the abort's reason. Otherwise the
+    // transport failed or Gloo hit a bug (FromEnforce); poisoned either way.
+    if (!Health().ok()) {
+      status = AbortedUnder(where, e.what());
+    } else {
+      poison = true;
+      status = FromEnforce(where, e.what());
+    }
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
         absl::StrCat(where, ": out of host memory for a staging buffer"));
@@ -612,6 +634,8 @@ absl::Status GlooCommunicator::GuardExchange(
                                         : absl::UnavailableError(e.what());
   } catch (const gloo::Exception& e) {
     status = absl::UnavailableError(e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    status = FromEnforce("gloo host exchange", e.what());
   } catch (const std::exception& e) {
     status = AbortedUnder("gloo host exchange", e.what());
   }
