@@ -538,11 +538,12 @@ TEST_F(FailureTest, DifferentCollectivesAtTheSameSeqFailEverywhere) {
 TEST_F(FailureTest, RefusedRequestsTakeTheirSeqOnEveryRank) {
   auto client = Client(seconds(20));
   ASSERT_NE(client, nullptr);
-  const int64_t generation = client->world().generation();
+  testing::ClientWire wire(*client);
+  const int64_t generation = client->world().generation;
+  const std::vector<int> everyone = client->AllRanks();
   for (int r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(
-        AllocOnDevice(*client, r, Float32("y", 64, v1::FILL_KIND_RANK_PLUS_ONE))
-            .ok());
+        AllocOnDevice(*client, r, "y", 64, FillKind::kRankPlusOne).ok());
   }
   struct Refused {
     std::function<void(v1::OpRequest&)> spoil;
@@ -562,24 +563,22 @@ TEST_F(FailureTest, RefusedRequestsTakeTheirSeqOnEveryRank) {
        },
        absl::StatusCode::kInvalidArgument, "premul_scale"},
   };
+  client::Op barrier;
+  barrier.kind = OpKind::kBarrier;
   for (const Refused& refused : cases) {
-    auto seq = client->ReserveSeq(1);
+    auto seq = wire.ReserveSeq(1);
     ASSERT_TRUE(seq.ok()) << seq.status();
-    for (const auto& r : client->FanOut<v1::OpResponse>(
-             client->AllRanks(),
-             [&](int rank) -> absl::StatusOr<v1::OpResponse> {
-               v1::OpRequest op = AllReduce("y");
-               op.set_seq(*seq);
-               op.set_generation(generation);
-               refused.spoil(op);
-               return Submit(*client, rank, op);
-             })) {
+    for (const auto& r : Submit(*client, everyone, [&](int) {
+           v1::OpRequest op = WireAllReduce("y", false);
+           op.set_seq(*seq);
+           op.set_generation(generation);
+           refused.spoil(op);
+           return op;
+         })) {
       EXPECT_EQ(r.result.status().code(), refused.code)
           << "rank " << r.rank << ": " << r.result.status();
       EXPECT_THAT(r.result.status().message(), HasSubstr(refused.says));
     }
-    v1::OpRequest barrier;
-    barrier.set_kind(v1::OP_KIND_BARRIER);
     const auto start = Clock::now();
     for (const auto& r : client->Collective(barrier)) {
       EXPECT_TRUE(r.result.ok())
@@ -589,38 +588,34 @@ TEST_F(FailureTest, RefusedRequestsTakeTheirSeqOnEveryRank) {
         << "the refused seq was not taken: " << refused.says;
   }
 
-  auto next = client->ReserveSeq(1);
+  auto next = wire.ReserveSeq(1);
   ASSERT_TRUE(next.ok()) << next.status();
-  v1::OpRequest far;
-  far.set_kind(v1::OP_KIND_NOP);
-  far.set_seq(*next + 1000000);
-  far.set_generation(generation);
-  for (int r = 0; r < kWorkers; ++r) {
-    auto refused = Submit(*client, r, far);
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange)
-        << "rank " << r << ": " << refused.status();
-    EXPECT_THAT(refused.status().message(), HasSubstr("past the group's next"));
+  for (const auto& r : Submit(*client, everyone, [&](int) {
+         v1::OpRequest far;
+         far.set_kind(v1::OP_KIND_NOP);
+         far.set_seq(*next + 1000000);
+         far.set_generation(generation);
+         return far;
+       })) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kOutOfRange)
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_THAT(r.result.status().message(),
+                HasSubstr("past the group's next"));
   }
   // The seq reserved above, unused, is released so the group does not wait.
-  for (int r = 0; r < kWorkers; ++r) {
-    v1::ReleaseSequenceRequest release;
-    release.set_generation(generation);
-    release.set_begin(*next);
-    release.set_end(*next + 1);
-    v1::ReleaseSequenceResponse released;
-    auto context = client->Context(milliseconds(kOpTimeoutMs));
-    ASSERT_TRUE(client->Worker(r)
-                    .ReleaseSequence(context.get(), release, &released)
-                    .ok());
+  for (const auto& r : wire.Release(everyone, *next, *next + 1)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
   }
   for (int r = 0; r < kWorkers; ++r) {
     EXPECT_TRUE(cluster_->worker(r).running()) << "rank " << r << " died";
     auto summary = client->Summarize(r, "y", 1);
     ASSERT_TRUE(summary.ok()) << summary.status();
-    EXPECT_EQ(summary->head(0), r + 1) << "refused ops moved data";
+    ASSERT_FALSE(summary->head.empty());
+    EXPECT_EQ(summary->head[0], r + 1) << "refused ops moved data";
   }
   ExpectCorrectAllReduce("check");
-  EXPECT_EQ(Client()->world().generation(), generation);
+  EXPECT_EQ(Client()->world().generation, generation);
 }
 
 // An op queued behind a seq its client never sent (a dead client's): the
@@ -630,33 +625,25 @@ TEST_F(FailureTest, RefusedRequestsTakeTheirSeqOnEveryRank) {
 TEST_F(FailureTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
   auto client = Client(seconds(20));
   ASSERT_NE(client, nullptr);
-  const int64_t generation = client->world().generation();
+  testing::ClientWire wire(*client);
+  const int64_t generation = client->world().generation;
+  const std::vector<int> everyone = client->AllRanks();
   for (int r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(
-        AllocOnDevice(*client, r, Float32("y", 64, v1::FILL_KIND_RANK_PLUS_ONE))
-            .ok());
+        AllocOnDevice(*client, r, "y", 64, FillKind::kRankPlusOne).ok());
   }
-  auto seq = client->ReserveSeq(2);
+  auto seq = wire.ReserveSeq(2);
   ASSERT_TRUE(seq.ok()) << seq.status();
   const auto start = Clock::now();
-  for (const auto& r : client->FanOut<v1::OpResponse>(
-           client->AllRanks(), [&](int rank) -> absl::StatusOr<v1::OpResponse> {
-             v1::OpRequest op = AllReduce("y");
+  for (const auto& r : wire.Submit(
+           everyone,
+           [&](int) {
+             v1::OpRequest op = WireAllReduce("y", false);
              op.set_seq(*seq + 1);
              op.set_generation(generation);
-             v1::OpResponse response;
-             grpc::ClientContext context;
-             context.set_deadline(std::chrono::system_clock::now() +
-                                  seconds(3));
-             grpc::Status status =
-                 client->Worker(rank).Submit(&context, op, &response);
-             if (!status.ok()) {
-               return absl::Status(
-                   static_cast<absl::StatusCode>(status.error_code()),
-                   status.error_message());
-             }
-             return response;
-           })) {
+             return op;
+           },
+           seconds(3))) {
     EXPECT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
         << "rank " << r.rank << ": " << r.result.status();
     EXPECT_THAT(r.result.status().message(),
@@ -667,20 +654,13 @@ TEST_F(FailureTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
   EXPECT_LT(Clock::now() - start, seconds(5));
   // The missing seq is given up (as the gap timeout would, later): the
   // withdrawn op behind it fails everywhere without moving data.
-  for (int r = 0; r < kWorkers; ++r) {
-    v1::ReleaseSequenceRequest release;
-    release.set_generation(generation);
-    release.set_begin(*seq);
-    release.set_end(*seq + 1);
-    v1::ReleaseSequenceResponse released;
-    auto context = client->Context(milliseconds(kOpTimeoutMs));
-    ASSERT_TRUE(client->Worker(r)
-                    .ReleaseSequence(context.get(), release, &released)
-                    .ok());
+  for (const auto& r : wire.Release(everyone, *seq, *seq + 1)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
   }
   const auto next = Clock::now();
-  v1::OpRequest barrier;
-  barrier.set_kind(v1::OP_KIND_BARRIER);
+  client::Op barrier;
+  barrier.kind = OpKind::kBarrier;
   for (const auto& r : client->Collective(barrier)) {
     EXPECT_TRUE(r.result.ok())
         << "rank " << r.rank << ": " << r.result.status();
@@ -689,10 +669,11 @@ TEST_F(FailureTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
   for (int r = 0; r < kWorkers; ++r) {
     auto summary = client->Summarize(r, "y", 1);
     ASSERT_TRUE(summary.ok()) << summary.status();
-    EXPECT_EQ(summary->head(0), r + 1) << "the withdrawn op ran";
+    ASSERT_FALSE(summary->head.empty());
+    EXPECT_EQ(summary->head[0], r + 1) << "the withdrawn op ran";
   }
   ExpectCorrectAllReduce("check");
-  EXPECT_EQ(Client()->world().generation(), generation);
+  EXPECT_EQ(Client()->world().generation, generation);
 }
 
 // A bench far longer than its call (issue 15, item 4): every rank stops it
@@ -701,34 +682,25 @@ TEST_F(FailureTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
 TEST_F(FailureTest, ABenchStopsOnEveryRankAtItsCallsDeadline) {
   auto client = Client(seconds(20));
   ASSERT_NE(client, nullptr);
-  const int64_t generation = client->world().generation();
+  testing::ClientWire wire(*client);
+  const int64_t generation = client->world().generation;
   for (int r = 0; r < kWorkers; ++r) {
-    ASSERT_TRUE(
-        AllocOnDevice(*client, r, Float32("b", 1 << 16, v1::FILL_KIND_ONES))
-            .ok());
+    ASSERT_TRUE(AllocOnDevice(*client, r, "b", 1 << 16, FillKind::kOnes).ok());
   }
-  auto seq = client->ReserveSeq(1);
+  auto seq = wire.ReserveSeq(1);
   ASSERT_TRUE(seq.ok()) << seq.status();
   const auto start = Clock::now();
-  auto results = client->FanOut<v1::BenchResponse>(
-      client->AllRanks(), [&](int rank) -> absl::StatusOr<v1::BenchResponse> {
+  const auto results = wire.Bench(
+      client->AllRanks(),
+      [&](int) {
         v1::BenchRequest bench;
-        *bench.mutable_op() = AllReduce("b");
+        *bench.mutable_op() = WireAllReduce("b", false);
         bench.mutable_op()->set_seq(*seq);
         bench.mutable_op()->set_generation(generation);
         bench.set_iters(1000000);
-        v1::BenchResponse response;
-        grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + seconds(6));
-        grpc::Status status =
-            client->Worker(rank).Bench(&context, bench, &response);
-        if (!status.ok()) {
-          return absl::Status(
-              static_cast<absl::StatusCode>(status.error_code()),
-              status.error_message());
-        }
-        return response;
-      });
+        return bench;
+      },
+      seconds(6));
   for (const auto& r : results) {
     EXPECT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
         << "rank " << r.rank << ": " << r.result.status();
@@ -744,7 +716,7 @@ TEST_F(FailureTest, ABenchStopsOnEveryRankAtItsCallsDeadline) {
   for (int r = 0; r < kWorkers; ++r) {
     EXPECT_TRUE(cluster_->worker(r).running()) << "rank " << r << " died";
   }
-  EXPECT_EQ(Client()->world().generation(), generation);
+  EXPECT_EQ(Client()->world().generation, generation);
 }
 
 // The coordinator dies and comes back empty: workers re-register into their

@@ -39,4 +39,38 @@ client::RankResults<v1::OpResponse> ClientWire::Submit(
                  [deadline](const v1::OpRequest&) { return deadline; }));
 }
 
+client::RankResults<v1::BenchResponse> ClientWire::Bench(
+    const std::vector<int>& ranks,
+    const std::function<v1::BenchRequest(int rank)>& bench_for_rank,
+    std::chrono::milliseconds rpc_timeout) {
+  std::vector<absl::StatusOr<v1::BenchRequest>> requests;
+  for (int rank : ranks) requests.push_back(bench_for_rank(rank));
+  const auto deadline = std::chrono::system_clock::now() + rpc_timeout;
+  return client::Zip(
+      ranks, client_.impl_->CallEach<v1::BenchRequest, v1::BenchResponse>(
+                 ranks, std::move(requests),
+                 &v1::Worker::StubInterface::async_interface::Bench,
+                 [deadline](const v1::BenchRequest&) { return deadline; }));
+}
+
+client::RankResults<v1::ReleaseSequenceResponse> ClientWire::Release(
+    const std::vector<int>& ranks, int64_t begin, int64_t end) {
+  v1::ReleaseSequenceRequest release;
+  release.set_group(client_.impl_->group);
+  release.set_generation(generation());
+  release.set_begin(begin);
+  release.set_end(end);
+  const auto deadline =
+      std::chrono::system_clock::now() + client_.options().timeout;
+  return client::Zip(
+      ranks,
+      client_.impl_->CallEach<v1::ReleaseSequenceRequest,
+                              v1::ReleaseSequenceResponse>(
+          ranks,
+          std::vector<absl::StatusOr<v1::ReleaseSequenceRequest>>(ranks.size(),
+                                                                  release),
+          &v1::Worker::StubInterface::async_interface::ReleaseSequence,
+          [deadline](const v1::ReleaseSequenceRequest&) { return deadline; }));
+}
+
 }  // namespace ccl::testing

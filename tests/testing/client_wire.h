@@ -37,6 +37,15 @@ class ClientWire {
       const std::vector<int>& ranks,
       const std::function<v1::OpRequest(int rank)>& op_for_rank,
       std::chrono::milliseconds rpc_timeout);
+  // `bench_for_rank(rank)` sent to each of `ranks` at once, as is.
+  client::RankResults<v1::BenchResponse> Bench(
+      const std::vector<int>& ranks,
+      const std::function<v1::BenchRequest(int rank)>& bench_for_rank,
+      std::chrono::milliseconds rpc_timeout);
+  // Tells each of `ranks` that the client's group's seqs [begin, end) of
+  // this generation carry no op.
+  client::RankResults<v1::ReleaseSequenceResponse> Release(
+      const std::vector<int>& ranks, int64_t begin, int64_t end);
 
  private:
   client::ClusterClient& client_;

@@ -380,13 +380,14 @@ TEST_F(CoordinatorCoreTest, AReFormWaitsUntilEveryRankIsHeardFrom) {
   Make(3);
   FormWorld(3);
   clock_.Advance(milliseconds(300));
-  auto asked = core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"});
+  auto asked = core_->Heartbeat(Beat(1, 1, "w1", 0, 0, "peer reset"));
   ASSERT_TRUE(asked.ok()) << asked.status();
   EXPECT_EQ(asked->generation, 1);
-  EXPECT_EQ(core_->Heartbeat({2, 1, "w2", 0, 0, "peer reset"})->generation, 1);
+  EXPECT_EQ(core_->Heartbeat(Beat(2, 1, "w2", 0, 0, "peer reset"))->generation,
+            1);
   // The last rank's ordinary heartbeat completes the roll call: the reply
   // already names the new generation.
-  auto last = core_->Heartbeat({0, 1, "w0", 0, 0, ""});
+  auto last = core_->Heartbeat(Beat(0, 1, "w0", 0, 0, ""));
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->generation, 2);
   EXPECT_EQ(core_->GetWorld().generation, 2);
@@ -400,12 +401,16 @@ TEST_F(CoordinatorCoreTest, AKilledRankCostsOneGenerationNotTwo) {
   FormWorld(3);
   clock_.Advance(milliseconds(300));
   // Rank 2 is killed mid-op; the survivors' communicators break at once.
-  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation, 1);
-  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation, 1);
+  EXPECT_EQ(core_->Heartbeat(Beat(0, 1, "w0", 0, 0, "peer reset"))->generation,
+            1);
+  EXPECT_EQ(core_->Heartbeat(Beat(1, 1, "w1", 0, 0, "peer reset"))->generation,
+            1);
   // Rank 2 stays silent past the timeout and is lost.
   clock_.Advance(milliseconds(10500));
-  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"})->generation, 1);
-  EXPECT_EQ(core_->Heartbeat({1, 1, "w1", 0, 0, "peer reset"})->generation, 1);
+  EXPECT_EQ(core_->Heartbeat(Beat(0, 1, "w0", 0, 0, "peer reset"))->generation,
+            1);
+  EXPECT_EQ(core_->Heartbeat(Beat(1, 1, "w1", 0, 0, "peer reset"))->generation,
+            1);
   core_->SweepLiveness();
   EXPECT_EQ(core_->GetWorld().state, WorldState::kDegraded);
   EXPECT_EQ(core_->GetWorld().generation, 1);
@@ -415,8 +420,9 @@ TEST_F(CoordinatorCoreTest, AKilledRankCostsOneGenerationNotTwo) {
   EXPECT_EQ(replacement->generation, 2);
   EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
   // The survivors' stale requests for generation 1 change nothing.
-  EXPECT_EQ(core_->Heartbeat({0, 1, "w0", 0, 0, "peer reset"}).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      core_->Heartbeat(Beat(0, 1, "w0", 0, 0, "peer reset")).status().code(),
+      absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(core_->GetWorld().generation, 2);
 }
 
