@@ -409,6 +409,21 @@ void NcclCommunicator::AbortComm(absl::Status why) {
   AbortLanesLocked();
 }
 
+void NcclCommunicator::Abort(const absl::Status& why) {
+  // A control lane left running past its generation kept a kernel waiting
+  // for a peer that was gone or had moved on; the next generation's split
+  // then stalled behind it on the device (the GPU failure suite's re-forms
+  // failed once each). A replaced communicator therefore lets go of it.
+  Poison(why);
+  std::lock_guard<std::mutex> lock(comm_mutex_);
+  AbortLanesLocked();
+  if (!control_released_) {
+    cudaSetDevice(device_);
+    ncclCommAbort(control_.comm);
+    control_released_ = true;
+  }
+}
+
 void NcclCommunicator::AbortLanesLocked() {
   if (aborted_.exchange(true)) return;
   cudaSetDevice(device_);

@@ -68,7 +68,10 @@ class NcclCommunicator final : public Communicator {
   absl::Status Supports(OpKind kind, DType dtype,
                         ReduceOp reduce_op) const override;
   absl::Status Health() const override;
-  void Abort(const absl::Status& why) override { AbortComm(why); }
+  // Lets go of every lane, the control lane too: the communicator is
+  // replaced or given up. (AbortComm, for an op that failed, keeps the
+  // control lane for a --elastic shrink.)
+  void Abort(const absl::Status& why) override;
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(const BoundOp& op) override;
   absl::StatusOr<std::unique_ptr<CommWork>> LaunchBatch(
       const std::vector<BoundOp>& ops, const BatchOptions& options) override;
