@@ -136,9 +136,9 @@ python_steps() {
   # numpy and pytest; its overhead beside ccctl's C++ client.
   python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
     CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
-  if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest
-  import ccl.v1.worker_pb2_grpc
-  print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
+  # One line: an indented second line was an IndentationError, which
+  # skipped the suites as if a module were missing.
+  if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest, ccl.v1.worker_pb2_grpc; print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
       >"$OUT/python_imports.log" 2>&1; then
     for suite in ops groups errors; do
       step "python_$suite" 300 "${python_env[@]}" python3 -m pytest -q \
