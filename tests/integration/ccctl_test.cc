@@ -367,7 +367,8 @@ TEST(CcctlCleanupTest, TemporariesAreUniqueAndFreed) {
   const auto binary = testing::BinaryPath("ccctl");
   ASSERT_TRUE(binary.ok()) << binary.status();
   auto ccctl = [&](const std::string& args) {
-    const std::string out = (dir / "out").string(), err = (dir / "err").string();
+    const std::string out = (dir / "out").string(),
+                      err = (dir / "err").string();
     const int status = std::system(
         absl::StrCat("CCCTL_STATE_DIR=", (dir / "state").string(), " ", *binary,
                      " --coordinator ", cluster->coordinator_address(), " ",
@@ -378,10 +379,10 @@ TEST(CcctlCleanupTest, TemporariesAreUniqueAndFreed) {
   };
   std::string script;
   for (int i = 0; i < 4; ++i) {
-    absl::StrAppend(&script, *binary, " --coordinator ",
-                    cluster->coordinator_address(),
-                    " allreduce --op sum --count 1000 >", (dir / "par").string(),
-                    i, " 2>&1 </dev/null & pids=\"$pids $!\"; ");
+    absl::StrAppend(
+        &script, *binary, " --coordinator ", cluster->coordinator_address(),
+        " allreduce --op sum --count 1000 >", (dir / "par").string(), i,
+        " 2>&1 </dev/null & pids=\"$pids $!\"; ");
   }
   // Exit 1 unless all four succeeded. Each by its pid: `wait -n` answers 127
   // for a child that already ended and was reaped, which a fast one may be.
@@ -433,11 +434,12 @@ TEST(CcctlCleanupTest, PartialAllocationFailureFreesEveryRank) {
 
   auto binary = testing::BinaryPath("ccctl");
   ASSERT_TRUE(binary.ok()) << binary.status();
-  const fs::path dir = fs::temp_directory_path() /
-                       absl::StrCat("ccctl_cleanup_test.", getpid());
+  const fs::path dir =
+      fs::temp_directory_path() / absl::StrCat("ccctl_cleanup_test.", getpid());
   fs::create_directories(dir);
   auto ccctl = [&](const std::string& args) {
-    const std::string out = (dir / "out").string(), err = (dir / "err").string();
+    const std::string out = (dir / "out").string(),
+                      err = (dir / "err").string();
     const int status = std::system(
         absl::StrCat("CCCTL_STATE_DIR=", (dir / "state").string(), " ", *binary,
                      " --coordinator ", cluster->coordinator_address(), " ",

@@ -1,8 +1,9 @@
 // The names of ccctl's temporary tensors: one per invocation, whatever the
 // PID (every ccctl in a container is PID 1).
+#include "client/ccctl/ccctl.h"
+
 #include <set>
 
-#include "client/ccctl/ccctl.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -12,7 +13,8 @@ namespace {
 using ::testing::MatchesRegex;
 
 TEST(TemporaryPrefixTest, NamesTheCommandAndEndsInADot) {
-  EXPECT_THAT(TemporaryPrefix("op"), MatchesRegex("ccctl\\.op\\.[0-9a-f]{16}\\."));
+  EXPECT_THAT(TemporaryPrefix("op"),
+              MatchesRegex("ccctl\\.op\\.[0-9a-f]{16}\\."));
   EXPECT_THAT(TemporaryPrefix("run.bench"),
               MatchesRegex("ccctl\\.run\\.bench\\.[0-9a-f]{16}\\."));
 }
