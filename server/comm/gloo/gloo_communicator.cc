@@ -635,7 +635,9 @@ absl::Status GlooCommunicator::GuardExchange(
   } catch (const gloo::Exception& e) {
     status = absl::UnavailableError(e.what());
   } catch (const gloo::EnforceNotMet& e) {
-    status = FromEnforce("gloo host exchange", e.what());
+    // As in Launch: aborted under the exchange (a re-form) says so.
+    status = Health().ok() ? FromEnforce("gloo host exchange", e.what())
+                           : AbortedUnder("gloo host exchange", e.what());
   } catch (const std::exception& e) {
     status = AbortedUnder("gloo host exchange", e.what());
   }

@@ -1,0 +1,612 @@
+// WorkerCoreImpl, the WorkerCore behind WorkerCore::Create: its class, shared
+// by worker_core.cc (tensors, ops, plans, benches, the work table) and
+// worker_world.cc (generations, the world communicator, subgroups, waits for
+// a generation). Internal to server/core/; include it nowhere else.
+//
+// It runs over a TensorStore, one world communicator (Gloo on cpu, NCCL on
+// cuda) and its Executor, plus the subgroups made from it. Submit validates
+// and resolves everything on the caller's thread (never blocking), then
+// hands bound work to the group's executor.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "common/timer_queue.h"
+#include "server/comm/factory.h"
+#include "server/core/arrival_check.h"
+#include "server/core/executor.h"
+#include "server/core/flight_recorder.h"
+#include "server/core/group_task.h"
+#include "server/core/host_work_queue.h"
+#include "server/core/op_work.h"
+#include "server/core/resolve.h"
+#include "server/core/tensor_store.h"
+#include "server/core/worker_core.h"
+#include "spdlog/spdlog.h"
+
+namespace ccl {
+namespace worker_core_internal {
+
+// Completed async works beyond this many are dropped oldest first, so a
+// client that never waits cannot grow the table without bound.
+constexpr size_t kMaxRememberedWorks = 1 << 16;
+// Flight recorder entries kept per group.
+constexpr size_t kFlightRecords = 256;
+
+class WorkerCoreImpl final : public WorkerCore {
+ private:
+  // Requests waiting for a generation this worker has not reached.
+  struct GenerationWaiter {
+    int64_t generation = 0;
+    std::function<void(absl::Status)> ready;
+    TimerQueue::TimerId timer = 0;
+    bool fired = false;  // guarded by mutex_
+  };
+
+ public:
+  WorkerCoreImpl(WorkerConfig config, std::unique_ptr<Memory> memory)
+      : config_(std::move(config)),
+        store_(config_.device, config_.tensor_quota_bytes, std::move(memory),
+               config_.max_tensors),
+        flight_(kFlightRecords) {}
+  ~WorkerCoreImpl() override { Shutdown(); }
+
+  absl::Status FormWorld(int rank, int world_size, int64_t generation,
+                         KvStore& store, const ShrinkInfo& shrink) override;
+
+  int rank() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return rank_;
+  }
+  int world_size() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return world_size_;
+  }
+  int64_t generation() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return generation_;
+  }
+  std::string backend() const override { return BackendFor(config_.device); }
+  const WorkerConfig& config() const override { return config_; }
+
+  absl::StatusOr<TensorMeta> Alloc(const TensorMeta& spec,
+                                   const Fill& fill) override {
+    return store_.Alloc(spec, fill, rank());
+  }
+  absl::StatusOr<int64_t> Free(const std::string& name) override {
+    return store_.Free(name);
+  }
+  std::vector<TensorMeta> List() const override { return store_.List(); }
+  int64_t BytesInUse() const override { return store_.BytesInUse(); }
+  absl::StatusOr<TensorMeta> Write(const std::string& name,
+                                   int64_t offset_bytes,
+                                   std::span<const std::byte> data) override {
+    return store_.Write(name, offset_bytes, data);
+  }
+  absl::Status Read(
+      const std::string& name, int64_t offset, int64_t count,
+      int64_t chunk_bytes,
+      const std::function<bool(int64_t, std::span<const std::byte>)>& sink)
+      override {
+    return store_.Read(name, offset, count, chunk_bytes, sink);
+  }
+  absl::StatusOr<TensorSummary> Summarize(const std::string& name,
+                                          int64_t head) override {
+    return store_.Summarize(name, head);
+  }
+  absl::StatusOr<TensorMeta> Lookup(const std::string& name) const override {
+    auto tensor = store_.Lookup(name);
+    if (!tensor.ok()) return tensor.status();
+    return (*tensor)->meta();
+  }
+  void AllocAsync(
+      const TensorMeta& spec, const Fill& fill,
+      std::function<void(absl::StatusOr<TensorMeta>)> done) override {
+    host_work_.Post([this, spec, fill, done = std::move(done)] {
+      done(Alloc(spec, fill));
+    });
+  }
+  void SummarizeAsync(
+      const std::string& name, int64_t head,
+      std::function<void(absl::StatusOr<TensorSummary>)> done) override {
+    host_work_.Post([this, name, head, done = std::move(done)] {
+      done(Summarize(name, head));
+    });
+  }
+
+  absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) override {
+    OpSpec normalized = spec;
+    std::shared_ptr<Executor> executor;
+    CCL_ASSIGN_OR_RETURN(executor, FindSequenced(normalized, 1));
+    auto resolved = Resolve(normalized, executor->communicator(), store_,
+                            config_.default_op_timeout);
+    if (!resolved.ok()) {
+      return RefuseSpec(*executor, normalized, 1, resolved.status());
+    }
+    const int64_t id = next_work_id_.fetch_add(1);
+    auto work = std::make_shared<OpWork>(id, normalized, resolved->op,
+                                         resolved->tensors, &store_);
+    if (absl::Status s = store_.Hold(resolved->tensors, id, work->Describe());
+        !s.ok()) {
+      return RefuseSpec(*executor, normalized, 1, s);
+    }
+    work->MarkHeld();
+    FlightEntry entry{normalized, resolved->op.dtype, resolved->op.count, work};
+    if (absl::Status s = executor->Enqueue(work); !s.ok()) {
+      store_.Release(resolved->tensors, id);
+      entry.refused = s;
+      flight_.Record(std::move(entry));
+      return s;
+    }
+    Accepted(work, {entry});
+    return std::shared_ptr<Work>(work);
+  }
+
+  absl::StatusOr<std::shared_ptr<PlanWork>> SubmitPlan(
+      const PlanSpec& plan) override {
+    OpSpec whole;
+    whole.group = plan.group;
+    whole.seq = plan.seq;
+    whole.kind = OpKind::kNop;
+    whole.generation = plan.generation;
+    whole.input = absl::StrCat("plan of ", plan.ops.size(), " ops");
+    std::shared_ptr<Executor> executor;
+    CCL_ASSIGN_OR_RETURN(
+        executor,
+        FindSequenced(whole, std::max<int64_t>(
+                                 1, static_cast<int64_t>(plan.ops.size()))));
+    const int64_t count = static_cast<int64_t>(plan.ops.size());
+    if (count == 0) {
+      return absl::InvalidArgumentError("a plan needs at least one op");
+    }
+    std::vector<OpSpec> specs;
+    std::vector<BoundOp> ops;
+    std::vector<std::shared_ptr<Tensor>> tensors;
+    for (int64_t i = 0; i < count; ++i) {
+      OpSpec spec = plan.ops[static_cast<size_t>(i)];
+      spec.group = whole.group;
+      spec.seq = plan.seq + i;
+      spec.generation = plan.generation;
+      spec.async = false;
+      auto resolved = Resolve(spec, executor->communicator(), store_,
+                              config_.default_op_timeout);
+      if (!resolved.ok()) {
+        const absl::Status why(resolved.status().code(),
+                               absl::StrCat("op ", i, " of the plan: ",
+                                            resolved.status().message()));
+        return RefuseSpec(*executor, whole, count, why);
+      }
+      for (auto& tensor : resolved->tensors) {
+        if (std::find(tensors.begin(), tensors.end(), tensor) ==
+            tensors.end()) {
+          tensors.push_back(tensor);
+        }
+      }
+      specs.push_back(std::move(spec));
+      ops.push_back(resolved->op);
+    }
+    const int64_t id = next_work_id_.fetch_add(1);
+    auto work = std::make_shared<PlanWork>(id, whole, specs, ops,
+                                           plan.aggregate, tensors, &store_);
+    if (absl::Status s = store_.Hold(tensors, id, work->Describe()); !s.ok()) {
+      return RefuseSpec(*executor, whole, count, s);
+    }
+    std::vector<FlightEntry> entries;
+    for (int64_t i = 0; i < count; ++i) {
+      FlightEntry entry{specs[i], ops[i].dtype, ops[i].count, work};
+      entry.plan_index = static_cast<int>(i);
+      entries.push_back(std::move(entry));
+    }
+    if (absl::Status s = executor->Enqueue(work); !s.ok()) {
+      store_.Release(tensors, id);
+      for (FlightEntry& entry : entries) {
+        entry.refused = s;
+        flight_.Record(std::move(entry));
+      }
+      return s;
+    }
+    Accepted(work, std::move(entries));
+    return work;
+  }
+
+  absl::StatusOr<std::shared_ptr<BenchWork>> Bench(
+      const OpSpec& spec, const BenchOptions& options) override {
+    OpSpec normalized = spec;
+    std::shared_ptr<Executor> executor;
+    CCL_ASSIGN_OR_RETURN(executor, FindSequenced(normalized, 1));
+    auto refuse = [&](absl::Status why) {
+      return RefuseSpec(*executor, normalized, 1, std::move(why));
+    };
+    if (options.warmup < 0 || options.iters < 0 || options.graph_launches < 0) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(
+          "bench needs warmup, iters and graph launches >= 0, got ",
+          options.warmup, ", ", options.iters, " and ",
+          options.graph_launches)));
+    }
+    auto resolved = Resolve(normalized, executor->communicator(), store_,
+                            config_.default_op_timeout);
+    if (!resolved.ok()) return refuse(resolved.status());
+    const int64_t id = next_work_id_.fetch_add(1);
+    auto work = std::make_shared<BenchWork>(
+        id, normalized, resolved->op, resolved->tensors, options, &store_);
+    if (absl::Status s = store_.Hold(
+            resolved->tensors, id, absl::StrCat("bench of ", work->Describe()));
+        !s.ok()) {
+      return refuse(s);
+    }
+    FlightEntry entry{normalized, resolved->op.dtype, resolved->op.count, work};
+    if (absl::Status s = executor->Enqueue(work); !s.ok()) {
+      store_.Release(resolved->tensors, id);
+      entry.refused = s;
+      flight_.Record(std::move(entry));
+      return s;
+    }
+    flight_.Record(std::move(entry));
+    return work;
+  }
+
+  absl::Status Refuse(const std::string& group, int64_t seq, int64_t count,
+                      int64_t generation, absl::Status reason) override {
+    OpSpec spec;
+    spec.group = group;
+    spec.seq = seq;
+    spec.kind = OpKind::kNop;
+    spec.generation = generation;
+    if (seq < 0 || count < 1) return reason;
+    // An unknown group, or an older generation, takes nothing (see
+    // FindSequenced); a malformed generation takes its seqs in the current
+    // one.
+    if (!GenerationTakesSeqs(spec.generation)) return reason;
+    spec.generation = 0;
+    auto executor = FindGroup(spec);
+    if (!executor.ok()) return reason;
+    return RefuseSpec(**executor, spec, count, std::move(reason));
+  }
+
+  absl::Status ReleaseSequence(const std::string& group, int64_t generation,
+                               int64_t begin, int64_t end) override {
+    OpSpec spec;
+    spec.group = group;
+    spec.seq = begin;
+    spec.generation = generation;
+    std::shared_ptr<Executor> executor;
+    CCL_ASSIGN_OR_RETURN(executor, FindGroup(spec));
+    if (begin < 0 || end < begin) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot release seqs [", begin, ", ", end, ") of group ",
+                       spec.group));
+    }
+    return executor->Release(
+        begin, end,
+        absl::FailedPreconditionError(absl::StrCat(
+            "seqs ", begin, "..", end - 1, " of group ", spec.group,
+            " were released by the client that reserved them")));
+  }
+
+  absl::StatusOr<std::pair<int64_t, std::vector<OpRecord>>> OpLog(
+      const std::string& group, int limit) const override {
+    const std::string name = group.empty() ? kWorldGroup : group;
+    int64_t next_seq = 0;
+    bool known = false;
+    for (const GroupInfo& info : Groups()) {
+      if (info.name == name) {
+        known = true;
+        next_seq = info.next_seq;
+      }
+    }
+    if (!known) {
+      return absl::NotFoundError(absl::StrCat("no group '", name, "' on rank ",
+                                              rank(), "; see ccctl group ls"));
+    }
+    return std::make_pair(next_seq, flight_.Last(name, limit));
+  }
+
+  std::string WhyQueued(const std::string& group, int64_t seq) override {
+    std::shared_ptr<Executor> executor;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (group.empty() || group == kWorldGroup) {
+        executor = world_;
+      } else if (auto it = groups_.find(group); it != groups_.end()) {
+        executor = it->second.executor;
+      }
+    }
+    if (!executor) return "its group is gone";
+    return executor->WhyWaiting(seq);
+  }
+
+  std::shared_ptr<Work> FindWork(int64_t id) override {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    auto it = works_.find(id);
+    return it == works_.end() ? nullptr : it->second;
+  }
+
+  void ForgetWork(int64_t id) override {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    works_.erase(id);
+  }
+
+  absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
+      const std::string& name, std::vector<int> ranks, int64_t world_seq,
+      int64_t world_generation, std::chrono::milliseconds timeout) override;
+
+  std::vector<GroupInfo> Groups() const override;
+
+  void Shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+    }
+    ReleaseGenerationWaiters();
+    std::shared_ptr<Executor> world;
+    std::map<std::string, GroupEntry> groups;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+      world = std::move(world_);
+      groups.swap(groups_);
+    }
+    const absl::Status reason =
+        absl::CancelledError("the worker shut down before the op ran");
+    for (auto& [name, group] : groups) {
+      if (group.executor) group.executor->Stop(reason);
+    }
+    if (world) world->Stop(reason);
+    std::vector<Reaper> reapers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reapers.swap(reapers_);
+    }
+    for (auto& reaper : reapers) reaper.thread.join();
+    store_.Clear();
+  }
+
+  void AwaitGeneration(int64_t generation, std::chrono::milliseconds timeout,
+                       std::function<void(absl::Status)> ready) override;
+
+  void GenerationTimedOut(const std::shared_ptr<GenerationWaiter>& waiter,
+                          std::chrono::milliseconds timeout);
+
+  absl::Status CommunicatorHealth() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!world_) return absl::FailedPreconditionError("no world yet");
+    if (absl::Status s = world_->communicator().Health(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("group world: ", s.message()));
+    }
+    for (const auto& [name, group] : groups_) {
+      if (!group.executor) continue;
+      if (absl::Status s = group.executor->communicator().Health(); !s.ok()) {
+        return absl::Status(s.code(),
+                            absl::StrCat("group ", name, ": ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct GroupEntry {
+    std::vector<int> ranks;  // world ranks, in group-rank order
+    int group_rank = -1;     // -1: not a member
+    bool creating = true;
+    std::shared_ptr<Executor> executor;  // members, once created
+  };
+
+  // Subgroups outlive a re-form: the new world makes again every group the
+  // old one had, at the same point for every rank (inside FormWorld, before
+  // any op of the generation), so clients keep their groups without asking.
+  // A restarted worker remembers none, so the ranks pool what they know
+  // (two small exchanges on the new world); a world that changed size
+  // (--elastic shrink renumbers ranks) starts without groups.
+  absl::StatusOr<std::map<std::string, GroupEntry>> RecreateGroups(
+      Communicator& world, int rank, int world_size, KvStore& kv);
+
+  // Normalizes the group name and the generation (0: the current one) and
+  // checks the generation.
+  absl::StatusOr<std::shared_ptr<Executor>> FindGroup(OpSpec& spec) const {
+    if (spec.group.empty()) spec.group = kWorldGroup;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutdown_) {
+      return absl::FailedPreconditionError("the worker is shut down");
+    }
+    if (!world_) {
+      return absl::FailedPreconditionError(
+          "this worker has no world yet; ops can run once it has joined a "
+          "generation");
+    }
+    if (spec.generation != 0 && spec.generation != generation_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("op is for generation ", spec.generation,
+                       " but this worker is in ", "generation ", generation_));
+    }
+    // The flight recorder keeps ops across generations; it needs to know
+    // which one each ran in.
+    spec.generation = generation_;
+    if (spec.group == kWorldGroup) return world_;
+    auto it = groups_.find(spec.group);
+    if (it == groups_.end()) {
+      std::string known = kWorldGroup;
+      for (const auto& [name, entry] : groups_)
+        absl::StrAppend(&known, ", ", name);
+      return absl::NotFoundError(absl::StrCat("no group named '", spec.group,
+                                              "' on rank ", rank_,
+                                              "; known groups: ", known));
+    }
+    if (it->second.creating) {
+      return absl::UnavailableError(absl::StrCat(
+          "group '", spec.group, "' is still being created on rank ", rank_));
+    }
+    if (!it->second.executor) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, " is not a member of group '", spec.group,
+          "' (world ranks ", absl::StrJoin(it->second.ranks, ","), ")"));
+    }
+    return it->second.executor;
+  }
+
+  // Whether a sequenced request naming `generation` is one whose seqs this
+  // worker takes when it refuses it. 0 and the current generation: yes. An
+  // older one: no; its seqs were reserved in a generation that is over, and
+  // the same numbers in the current one belong to other clients, which a
+  // stale request must not take from them. A negative one (malformed) or
+  // one this worker has not reached (the coordinator moved on and this
+  // worker re-forms next, or the client made it up): yes, in the current
+  // generation, whose seq the client most likely reserved; should the world
+  // indeed be moving on, that generation's seqs are about to end anyway.
+  bool GenerationTakesSeqs(int64_t generation) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return generation <= 0 || generation >= generation_;
+  }
+
+  // FindGroup for a request that carries seqs [spec.seq, spec.seq + count):
+  // one refused for its generation still takes them where
+  // GenerationTakesSeqs says so, so the group's later ops do not wait out
+  // the gap timeout.
+  absl::StatusOr<std::shared_ptr<Executor>> FindSequenced(OpSpec& spec,
+                                                          int64_t count) {
+    const int64_t requested = spec.generation;
+    auto executor = FindGroup(spec);
+    if (executor.ok() || requested == 0 || !GenerationTakesSeqs(requested) ||
+        spec.seq < 0) {
+      return executor;
+    }
+    OpSpec current = spec;
+    current.generation = 0;
+    auto in_current = FindGroup(current);
+    if (!in_current.ok()) return executor;
+    return RefuseSpec(**in_current, current, count, executor.status());
+  }
+
+  // Takes `count` seqs from `spec.seq` for a refused request, records the
+  // refusal and returns it. Seqs that are themselves the problem (taken,
+  // lost, too far ahead) are not taken.
+  absl::Status RefuseSpec(Executor& executor, const OpSpec& spec, int64_t count,
+                          absl::Status reason) {
+    // A refused request's seq may be anything (one over max_seq is refused
+    // for that): a range that would not fit in an int64 is not taken.
+    if (spec.seq < 0 || count < 1 ||
+        spec.seq > std::numeric_limits<int64_t>::max() - count) {
+      return reason;
+    }
+    (void)executor.Release(spec.seq, spec.seq + count,
+                           absl::AlreadyExistsError(absl::StrCat(
+                               "seq ", spec.seq, " of group ", spec.group,
+                               " was taken by a refused request (",
+                               reason.message(), "); reserve a new one")));
+    flight_.Record(FlightEntry{spec, DType::kFloat32, 0, nullptr, -1, reason});
+    if (config_.on_op_done) {
+      OpRecord record;
+      record.spec = spec;
+      record.state = WorkState::kFailed;
+      record.status = reason;
+      config_.on_op_done(record);
+    }
+    return reason;
+  }
+
+  // Bookkeeping of accepted work: the flight recorder, the async table, and
+  // the completion callback (metrics) per op.
+  void Accepted(const std::shared_ptr<Work>& work,
+                std::vector<FlightEntry> entries) {
+    if (work->spec().async) Remember(work);
+    if (config_.on_op_done) {
+      // The work runs its own callbacks, so it is alive then.
+      Work* raw = work.get();
+      work->OnDone([this, raw, entries] {
+        for (FlightEntry entry : entries) {
+          entry.work = std::shared_ptr<Work>(std::shared_ptr<Work>(), raw);
+          config_.on_op_done(FlightRecorder::ToRecord(entry));
+        }
+      });
+    }
+    for (FlightEntry& entry : entries) flight_.Record(std::move(entry));
+  }
+
+  // Runs the waiters whose generation has come (all of them, failed, once
+  // shut down). Never under mutex_: `ready` submits work.
+  void ReleaseGenerationWaiters() {
+    std::vector<std::pair<std::shared_ptr<GenerationWaiter>, absl::Status>> due;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::erase_if(waiters_, [&](const std::shared_ptr<GenerationWaiter>& w) {
+        if (!shutdown_ && generation_ < w->generation) return false;
+        w->fired = true;
+        due.emplace_back(
+            w, shutdown_ ? absl::CancelledError("the worker is shutting down")
+                         : absl::OkStatus());
+        return true;
+      });
+    }
+    for (auto& [waiter, status] : due) {
+      timers_.Cancel(waiter->timer);
+      waiter->ready(status);
+    }
+  }
+
+  void Remember(const std::shared_ptr<Work>& work) {
+    std::lock_guard<std::mutex> lock(works_mutex_);
+    works_.emplace(work->id(), work);
+    for (auto it = works_.begin();
+         works_.size() > kMaxRememberedWorks && it != works_.end();) {
+      const WorkState state = it->second->state();
+      if (state == WorkState::kCompleted || state == WorkState::kFailed) {
+        it = works_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  const WorkerConfig config_;
+  TensorStore store_;
+  FlightRecorder flight_;
+
+  mutable std::mutex mutex_;
+  bool shutdown_ = false;
+  int rank_ = 0;
+  int world_size_ = 0;
+  int64_t generation_ = 0;
+  std::shared_ptr<Executor> world_;
+  // The KV store of the current generation (FormWorld's), for the arrival
+  // check of subgroups.
+  KvStore* kv_ = nullptr;
+  std::map<std::string, GroupEntry> groups_;
+  // Stop the executors of replaced generations (see FormWorld).
+  struct Reaper {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Reaper> reapers_;
+  std::vector<std::shared_ptr<GenerationWaiter>> waiters_;
+  std::optional<std::chrono::system_clock::time_point> reforming_since_;
+  // FormWorld's thread only: whether this re-form shrinks the old world's
+  // communicator, and that world's executor meanwhile.
+  bool shrinking_ = false;
+  std::shared_ptr<Executor> shrunk_world_;
+  int64_t forming_generation_ = 0;
+  TimerQueue timers_;
+
+  std::atomic<int64_t> next_work_id_{1};
+  std::mutex works_mutex_;
+  std::map<int64_t, std::shared_ptr<Work>> works_;
+  // Last member: its thread stops (after finishing queued work) before the
+  // store and the rest go.
+  HostWorkQueue host_work_;
+};
+
+}  // namespace worker_core_internal
+}  // namespace ccl

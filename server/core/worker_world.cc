@@ -1,0 +1,407 @@
+// WorkerCoreImpl's generations and groups: forming each generation's world
+// communicator (shrunk where the backend can), re-creating the subgroups
+// after a re-form, making subgroups, and requests waiting for a generation
+// this worker has not reached. The class is in worker_core_impl.h.
+#include "server/core/worker_core_impl.h"
+
+namespace ccl {
+namespace worker_core_internal {
+
+absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
+                                       int64_t generation, KvStore& store,
+                                       const ShrinkInfo& shrink) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in a world of size ", world_size));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutdown_) {
+      return absl::FailedPreconditionError("the worker is shut down");
+    }
+    if (!reforming_since_) reforming_since_ = std::chrono::system_clock::now();
+    forming_generation_ = generation;
+  }
+  {
+    // The communicators of the generation being replaced go first: a NCCL
+    // kernel still waiting for a dead peer would hold the device, and
+    // their ranks are about to join the new one instead.
+    std::vector<std::shared_ptr<Executor>> previous;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // The world's own communicator stays for a shrink: it is what
+      // shrinks (and aborts its ops as it does).
+      shrinking_ = shrink.from_generation != 0 && world_ &&
+                   shrink.from_generation == generation_;
+      if (world_) {
+        shrunk_world_ = shrinking_ ? world_ : nullptr;
+        if (!shrinking_) previous.push_back(world_);
+      }
+      for (auto& [name, group] : groups_) {
+        if (group.executor) previous.push_back(group.executor);
+      }
+    }
+    const absl::Status replaced = absl::AbortedError(
+        absl::StrCat("the world is re-forming into generation ", generation));
+    for (auto& executor : previous) executor->communicator().Abort(replaced);
+  }
+  const std::string prefix = absl::StrCat("gen", generation, "/", kWorldGroup);
+  CommunicatorConfig comm_config;
+  comm_config.device = config_.device;
+  comm_config.rank = rank;
+  comm_config.size = world_size;
+  comm_config.prefix = prefix;
+  comm_config.data_host = config_.data_host;
+  comm_config.timeout = config_.default_op_timeout;
+  const auto started = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<Communicator>> made =
+      absl::UnimplementedError("no shrink");
+  if (shrinking_) {
+    made = shrunk_world_->communicator().Shrink(shrink.excluded_ranks,
+                                                config_.default_op_timeout);
+    shrunk_world_.reset();
+    if (absl::IsUnimplemented(made.status())) {
+      spdlog::info("ccworker: {}; a new rendezvous instead",
+                   std::string(made.status().message()));
+    }
+  }
+  const bool shrunk = made.ok();
+  if (!shrunk && !absl::IsUnimplemented(made.status())) {
+    return made.status();
+  }
+  if (!shrunk) made = MakeCommunicator(comm_config, store);
+  if (!made.ok()) return made.status();
+  spdlog::info(
+      "ccworker: world communicator of generation {} ({} of {}) {} in {} ms",
+      generation, rank, world_size,
+      shrunk ? "shrunk from the last one" : "built",
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - started)
+          .count());
+  std::shared_ptr<Communicator> comm = *std::move(made);
+  auto recreated = RecreateGroups(*comm, rank, world_size, store);
+  if (!recreated.ok()) {
+    comm->Abort(recreated.status());
+    return recreated.status();
+  }
+  std::vector<int> world_ranks(static_cast<size_t>(world_size));
+  std::iota(world_ranks.begin(), world_ranks.end(), 0);
+  auto executor = std::make_shared<Executor>(
+      kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout,
+      ArrivalCheck(&store, kWorldGroup, rank, std::move(world_ranks)));
+  std::shared_ptr<Executor> old;
+  std::map<std::string, GroupEntry> old_groups;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shutdown_) {
+      executor->Stop(absl::AbortedError("the worker is shut down"));
+      return absl::FailedPreconditionError("the worker is shut down");
+    }
+    old = std::move(world_);
+    world_ = std::move(executor);
+    old_groups.swap(groups_);
+    groups_ = *std::move(recreated);
+    kv_ = &store;
+    rank_ = rank;
+    world_size_ = world_size;
+    generation_ = generation;
+    reforming_since_.reset();
+  }
+  ReleaseGenerationWaiters();
+  const absl::Status replaced = absl::AbortedError(absl::StrCat(
+      "generation ", generation, " replaced the world before the op ran"));
+  // Stopping joins the old executors' threads, and a Gloo op inside its
+  // transport ends only at its timeout: that wait must not hold up the
+  // caller (the worker's membership loop), so it happens on the side.
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(reapers_, [](Reaper& reaper) {
+    if (!reaper.done->load()) return false;
+    reaper.thread.join();
+    return true;
+  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  reapers_.push_back(
+      {std::thread([old = std::move(old), old_groups = std::move(old_groups),
+                    replaced, done]() mutable {
+         // Subgroups first: their communicators may be children of the
+         // world's.
+         for (auto& [name, group] : old_groups) {
+           if (group.executor) group.executor->Stop(replaced);
+         }
+         if (old) old->Stop(replaced);
+         old_groups.clear();
+         old.reset();
+         done->store(true);
+       }),
+       done});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
+    const std::string& name, std::vector<int> ranks, int64_t world_seq,
+    int64_t world_generation, std::chrono::milliseconds timeout) {
+  OpSpec probe;
+  probe.seq = world_seq;
+  probe.generation = world_generation;
+  std::shared_ptr<Executor> world;
+  CCL_ASSIGN_OR_RETURN(world, FindGroup(probe));
+  if (world_seq < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("creating group '", name, "': seq must be >= 0"));
+  }
+  if (timeout.count() <= 0) timeout = config_.default_op_timeout;
+  int position = -1;
+  int64_t generation = 0;
+  KvStore* kv = nullptr;
+  absl::Status valid = ValidateGroupName(name);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (valid.ok()) valid = ValidateGroupRanks(ranks, world_size_);
+    if (valid.ok() && groups_.count(name) > 0) {
+      valid = absl::AlreadyExistsError(
+          absl::StrCat("a group named '", name, "' already exists"));
+    }
+    if (valid.ok() && config_.max_groups > 0 &&
+        static_cast<int64_t>(groups_.size()) + 1 >= config_.max_groups) {
+      valid = absl::ResourceExhaustedError(absl::StrCat(
+          "group '", name, "' would make ", groups_.size() + 2,
+          " groups with the world, over this worker's --max-groups of ",
+          config_.max_groups));
+    }
+    if (valid.ok()) {
+      GroupEntry& entry = groups_[name];
+      entry.ranks = ranks;
+      auto it = std::find(ranks.begin(), ranks.end(), rank_);
+      if (it != ranks.end()) {
+        position = static_cast<int>(it - ranks.begin());
+      }
+      entry.group_rank = position;
+    }
+    generation = generation_;
+    kv = kv_;
+  }
+  if (!valid.ok()) {
+    OpSpec split;
+    split.group = kWorldGroup;
+    split.seq = world_seq;
+    split.kind = OpKind::kNop;  // a group split occupies the world seq
+    split.input = absl::StrCat("create group ", name);
+    return RefuseSpec(*world, split, 1, valid);
+  }
+
+  // The world communicator's ranks are world ranks, so the group's world
+  // ranks are its members as the parent numbers them.
+  auto make = [ranks, name, timeout](Communicator& parent)
+      -> absl::StatusOr<std::shared_ptr<Communicator>> {
+    auto child = parent.Split(ranks, name, timeout);
+    if (!child.ok()) return child.status();
+    return std::shared_ptr<Communicator>(*std::move(child));
+  };
+  auto done =
+      [this, name, position, generation,
+       kv](absl::StatusOr<std::shared_ptr<Communicator>> comm) -> absl::Status {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = groups_.find(name);
+    if (it == groups_.end() || generation_ != generation || shutdown_) {
+      return absl::AbortedError(
+          "the world changed while the group was being created");
+    }
+    if (!comm.ok()) {
+      groups_.erase(it);
+      return comm.status();
+    }
+    GroupEntry& entry = it->second;
+    entry.creating = false;
+    if (*comm) {
+      entry.executor = std::make_shared<Executor>(
+          name, position, *std::move(comm), config_.seq_gap_timeout,
+          ArrivalCheck(kv, name, position, entry.ranks));
+    }
+    return absl::OkStatus();
+  };
+  const int64_t id = next_work_id_.fetch_add(1);
+  auto task = std::make_shared<GroupTask>(id, name, world_seq, timeout,
+                                          std::move(make), std::move(done));
+  if (absl::Status s = world->Enqueue(task); !s.ok()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (generation_ == generation) groups_.erase(name);
+    return s;
+  }
+  return std::shared_ptr<Work>(task);
+}
+
+std::vector<GroupInfo> WorkerCoreImpl::Groups() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<GroupInfo> groups;
+  if (!world_) return groups;
+  GroupInfo info;
+  info.name = world_->group();
+  info.ranks.resize(static_cast<size_t>(world_size_));
+  std::iota(info.ranks.begin(), info.ranks.end(), 0);
+  info.group_rank = rank_;
+  info.next_seq = world_->next_seq();
+  info.backend = world_->communicator().name();
+  info.state = world_->state();
+  groups.push_back(std::move(info));
+  for (const auto& [name, entry] : groups_) {
+    GroupInfo group;
+    group.name = name;
+    group.ranks = entry.ranks;
+    group.group_rank = entry.group_rank;
+    group.backend = world_->communicator().name();
+    if (entry.creating) {
+      group.state = "creating";
+    } else if (!entry.executor) {
+      group.state = "not a member";
+    } else {
+      group.next_seq = entry.executor->next_seq();
+      group.backend = entry.executor->communicator().name();
+      group.state = entry.executor->state();
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+void WorkerCoreImpl::AwaitGeneration(int64_t generation,
+                                     std::chrono::milliseconds timeout,
+                                     std::function<void(absl::Status)> ready) {
+  auto waiter = std::make_shared<GenerationWaiter>();
+  waiter->generation = generation;
+  waiter->ready = std::move(ready);
+  bool now = false;
+  std::string beyond;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    now = !shutdown_ && world_ && generation_ >= generation;
+    // The coordinator moves one generation at a time, and a worker in the
+    // world hears of each within a heartbeat: one more than the latest it
+    // knows of may be announced already; one further is not coming (a
+    // made-up stamp), and waiting for it would only hold the seq.
+    const int64_t known = reforming_since_
+                              ? std::max(generation_, forming_generation_)
+                              : generation_;
+    if (!now && !shutdown_ && world_ && generation > known + 1) {
+      beyond = absl::StrCat(
+          "generation ", generation, " is not coming: this worker is in ",
+          generation_,
+          reforming_since_
+              ? absl::StrCat(" and re-forming into ", forming_generation_)
+              : std::string(),
+          ", and generations come one at a time");
+    } else if (!now) {
+      waiters_.push_back(waiter);
+      waiter->timer = timers_.ScheduleAfter(timeout, [this, waiter, timeout] {
+        GenerationTimedOut(waiter, timeout);
+      });
+    }
+  }
+  if (!beyond.empty()) {
+    waiter->ready(absl::FailedPreconditionError(beyond));
+  } else if (now) {
+    waiter->ready(absl::OkStatus());
+  }
+}
+
+void WorkerCoreImpl::GenerationTimedOut(
+    const std::shared_ptr<GenerationWaiter>& waiter,
+    std::chrono::milliseconds timeout) {
+  {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (waiter->fired) return;
+      waiter->fired = true;
+      std::erase(waiters_, waiter);
+      why = absl::StrCat("this worker is in generation ", generation_,
+                         " and did not reach generation ", waiter->generation,
+                         " within ", timeout.count(), " ms");
+      if (reforming_since_) {
+        absl::StrAppend(
+            &why, "; the world has been re-forming (into generation ",
+            forming_generation_, ") for ",
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::system_clock::now() - *reforming_since_)
+                .count(),
+            " ms");
+      }
+    }
+    waiter->ready(absl::DeadlineExceededError(why));
+  }
+}
+
+absl::StatusOr<std::map<std::string, WorkerCoreImpl::GroupEntry>>
+WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
+                               KvStore& kv) {
+  std::string mine;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (world_size_ == world_size) {
+      for (const auto& [name, entry] : groups_) {
+        if (entry.creating) continue;
+        absl::StrAppend(&mine, name, "=", absl::StrJoin(entry.ranks, ","), ";");
+      }
+    }
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + config_.default_op_timeout;
+  const size_t n = static_cast<size_t>(world_size);
+  const int64_t length = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lengths(n);
+  CCL_RETURN_IF_ERROR(
+      world.AllGatherHost(&length, lengths.data(), sizeof(length), deadline));
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::map<std::string, GroupEntry> groups;
+  if (longest == 0) return groups;
+  std::string padded = mine;
+  padded.resize(static_cast<size_t>(longest), '\0');
+  std::string all(static_cast<size_t>(longest) * n, '\0');
+  CCL_RETURN_IF_ERROR(
+      world.AllGatherHost(padded.data(), all.data(), padded.size(), deadline));
+  // Every rank builds the same map: definitions by name, the lowest
+  // rank's where two differ.
+  std::map<std::string, std::vector<int>> definitions;
+  for (size_t r = 0; r < n; ++r) {
+    const std::string text = all.substr(r * longest, lengths[r]);
+    for (absl::string_view item :
+         absl::StrSplit(text, ';', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> parts =
+          absl::StrSplit(item, absl::MaxSplits('=', 1));
+      std::vector<int> ranks;
+      bool valid = true;
+      for (absl::string_view value : absl::StrSplit(parts.second, ',')) {
+        int world_rank = 0;
+        valid = valid && absl::SimpleAtoi(value, &world_rank) &&
+                world_rank >= 0 && world_rank < world_size;
+        ranks.push_back(world_rank);
+      }
+      if (valid) definitions.emplace(parts.first, std::move(ranks));
+    }
+  }
+  for (const auto& [name, ranks] : definitions) {
+    auto child = world.Split(ranks, name, config_.default_op_timeout);
+    if (!child.ok()) {
+      return absl::Status(child.status().code(),
+                          absl::StrCat("making group '", name,
+                                       "' again in the new generation: ",
+                                       child.status().message()));
+    }
+    GroupEntry& entry = groups[name];
+    entry.ranks = ranks;
+    entry.creating = false;
+    auto it = std::find(ranks.begin(), ranks.end(), rank);
+    entry.group_rank =
+        it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+    if (*child) {
+      entry.executor = std::make_shared<Executor>(
+          name, entry.group_rank,
+          std::shared_ptr<Communicator>(*std::move(child)),
+          config_.seq_gap_timeout,
+          ArrivalCheck(&kv, name, entry.group_rank, ranks));
+    }
+  }
+  return groups;
+}
+
+}  // namespace worker_core_internal
+}  // namespace ccl
