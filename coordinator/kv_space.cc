@@ -137,6 +137,16 @@ void KvSpace::Put(int64_t generation, const std::string& key, Value value,
     if (w == kv_waiters_.end()) continue;
     w->second.missing.erase(key);
     if (!w->second.missing.empty()) continue;
+    // A key that was there when the wait began may have been deleted since
+    // (KvDelete): the wait is for it again, not done (reading it crashed,
+    // found by coordinator_request_fuzzer).
+    for (const std::string& wanted : w->second.keys) {
+      if (!data.kv.contains(wanted)) {
+        w->second.missing.insert(wanted);
+        data.kv_waits[wanted].insert(id);
+      }
+    }
+    if (!w->second.missing.empty()) continue;
     timers_.Cancel(w->second.timer);
     data.parked.erase(id);
     deferred.push_back(
@@ -180,7 +190,7 @@ void KvSpace::Wait(WaitId id, int64_t generation, std::vector<std::string> keys,
     return;
   }
   waiter.with_values = with_values;
-  if (with_values) waiter.keys = std::move(keys);
+  waiter.keys = std::move(keys);  // re-checked when the last one arrives
   if (waiter.missing.empty()) {
     deferred.push_back(
         [done = std::move(done), result = ResultOf(waiter)]() mutable {

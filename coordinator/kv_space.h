@@ -141,7 +141,7 @@ class KvSpace {
   struct KvWaiter {
     int64_t generation = 0;
     std::set<std::string> missing;  // sorted, for the timeout's message
-    std::vector<std::string> keys;  // as asked; kept only for values
+    std::vector<std::string> keys;  // as asked
     bool with_values = false;
     Callback<KvWaitResult> done;
     TimerQueue::TimerId timer = 0;

@@ -562,6 +562,26 @@ TEST_F(CoordinatorCoreTest, KvSetGetWaitAndTimeout) {
   EXPECT_THAT(r.status().message(), HasSubstr("missing keys: yy, zz"));
 }
 
+// A key present when a wait began and deleted before the wait's last key
+// arrived is waited for again (reading it crashed the coordinator: found by
+// coordinator_request_fuzzer).
+TEST_F(CoordinatorCoreTest, AWaitForAKeyDeletedMeanwhileWaitsForItAgain) {
+  Make(1);
+  ASSERT_TRUE(core_->KvSet(0, "b", "2").ok());
+  Result<KvWaitResult> wait;
+  core_->KvWait(core_->NewWaitId(), 0, {"a", "b"}, milliseconds(0), true,
+                wait.callback());
+  ASSERT_TRUE(core_->KvDelete(0, "b").ok());
+  ASSERT_TRUE(core_->KvSet(0, "a", "1").ok());
+  EXPECT_FALSE(wait.ready());
+  ASSERT_TRUE(core_->KvSet(0, "b", "3").ok());
+  auto got = wait.Get();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->values.size(), 2u);
+  EXPECT_EQ(*got->values[0], "1");
+  EXPECT_EQ(*got->values[1], "3");
+}
+
 TEST_F(CoordinatorCoreTest, KvRejectsBadInput) {
   Make(1);
   EXPECT_EQ(core_->KvSet(0, "", "v").status().code(),
