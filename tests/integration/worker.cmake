@@ -37,7 +37,8 @@ ccl_target_defaults(groups_test)
 add_test(NAME groups_test COMMAND groups_test)
 set_tests_properties(groups_test PROPERTIES LABELS integration TIMEOUT 300)
 
-add_executable(failure_test ${CMAKE_CURRENT_LIST_DIR}/failure_test.cc)
+add_executable(failure_test ${CMAKE_CURRENT_LIST_DIR}/failure_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/refusal_test.cc)
 target_link_libraries(failure_test PRIVATE ccl_local_cluster GTest::gtest_main
   GTest::gmock)
 ccl_target_defaults(failure_test)
@@ -58,7 +59,8 @@ if(CCL_HAVE_CUDA)
   set_tests_properties(groups_nccl_test PROPERTIES LABELS gpu TIMEOUT 600)
 
   # Kills, stops and restarts under NCCL: the abort path on real GPUs.
-  add_executable(failure_nccl_test ${CMAKE_CURRENT_LIST_DIR}/failure_test.cc)
+  add_executable(failure_nccl_test ${CMAKE_CURRENT_LIST_DIR}/failure_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/refusal_test.cc)
   target_link_libraries(failure_nccl_test PRIVATE ccl_local_cluster
     GTest::gtest_main GTest::gmock)
   target_compile_definitions(failure_nccl_test PRIVATE

@@ -1,0 +1,231 @@
+// Requests refused for what they say (issue 15): sequenced requests that
+// disagree, name a generation that is not coming, are malformed, wait behind
+// a seq nobody sends, or run past their call's deadline. Every rank answers
+// with the reason, in bounded time; nothing moves, nobody dies, and the world
+// goes on at the same generation. The same cases run on NCCL in
+// failure_nccl_test.
+#include "tests/integration/failure_fixture.h"
+
+namespace ccl::failure_testing {
+namespace {
+
+// Each case starts with "y" = rank + 1 (64 elements) on every rank, a client
+// and the world's generation, which every case ends at again.
+class RefusalTest : public FailureTest {
+ protected:
+  void SetUp() override {
+    FailureTest::SetUp();
+    if (HasFatalFailure()) return;
+    client_ = Client(seconds(20));
+    ASSERT_NE(client_, nullptr);
+    generation_ = client_->world().generation;
+    everyone_ = client_->AllRanks();
+    AllocEverywhere(*client_, "y", 64, FillKind::kRankPlusOne);
+  }
+
+  std::unique_ptr<ClusterClient> client_;
+  int64_t generation_ = 0;
+  std::vector<int> everyone_;
+};
+
+// Two clients disagreeing on what seq 7 is (rank 0 all_reduce, the others
+// broadcast): every rank refuses with the difference named; nothing hangs,
+// nothing breaks, and the next collective needs no new generation.
+TEST_F(RefusalTest, DifferentCollectivesAtTheSameSeqFailEverywhere) {
+  auto seq = testing::ClientWire(*client_).ReserveSeq(1);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const auto results = Submit(*client_, client_->AllRanks(), [&](int rank) {
+    v1::OpRequest op = WireAllReduce("y", false);
+    if (rank != 0) {
+      op.set_kind(v1::OP_KIND_BROADCAST);
+      op.set_root(0);
+    }
+    op.set_seq(*seq);
+    op.set_generation(generation_);
+    return op;
+  });
+  for (const auto& r : results) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kInvalidArgument)
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_THAT(r.result.status().message(), HasSubstr("all_reduce"));
+    EXPECT_THAT(r.result.status().message(), HasSubstr("broadcast"));
+  }
+  // Nothing moved: "y" still holds rank + 1, and a run without the check
+  // (what a benchmark loop may ask for) reduces it correctly.
+  client::Op unchecked = AllReduce("y");
+  unchecked.skip_agreement = true;
+  for (const auto& r : client_->Collective(unchecked)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ExpectFirstElements(
+      *client_, "y", [](int) { return kWorkers * (kWorkers + 1) / 2.0; },
+      "the unchecked all_reduce");
+  ExpectTheWorldGoesOnAt(generation_);
+}
+
+// Requests refused for what they say still take their seq on every rank
+// (issue 15, item 3): a generation that is not coming, an unknown op kind,
+// a negative generation and a premul_sum without a scale each fail at once
+// with their reason, and the next op runs at once instead of waiting out the
+// 30 s gap the refused seq would otherwise leave. A seq far past the group's
+// next is refused and not queued, so the group never skips ahead to it.
+TEST_F(RefusalTest, RefusedRequestsTakeTheirSeqOnEveryRank) {
+  testing::ClientWire wire(*client_);
+  struct Refused {
+    std::function<void(v1::OpRequest&)> spoil;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const std::vector<Refused> cases = {
+      {[](v1::OpRequest& op) { op.set_generation(999); },
+       absl::StatusCode::kFailedPrecondition, "generation 999 is not coming"},
+      {[](v1::OpRequest& op) { op.set_generation(-1); },
+       absl::StatusCode::kInvalidArgument, "generation is negative"},
+      {[](v1::OpRequest& op) { op.set_kind(static_cast<v1::OpKind>(99)); },
+       absl::StatusCode::kInvalidArgument, "unknown op kind 99"},
+      {[](v1::OpRequest& op) {
+         op.set_reduce_op(v1::REDUCE_OP_PREMUL_SUM);
+         op.set_premul_scale(0);
+       },
+       absl::StatusCode::kInvalidArgument, "premul_scale"},
+  };
+  client::Op barrier;
+  barrier.kind = OpKind::kBarrier;
+  for (const Refused& refused : cases) {
+    auto seq = wire.ReserveSeq(1);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    for (const auto& r : Submit(*client_, everyone_, [&](int) {
+           v1::OpRequest op = WireAllReduce("y", false);
+           op.set_seq(*seq);
+           op.set_generation(generation_);
+           refused.spoil(op);
+           return op;
+         })) {
+      EXPECT_EQ(r.result.status().code(), refused.code)
+          << "rank " << r.rank << ": " << r.result.status();
+      EXPECT_THAT(r.result.status().message(), HasSubstr(refused.says));
+    }
+    const auto start = Clock::now();
+    for (const auto& r : client_->Collective(barrier)) {
+      EXPECT_TRUE(r.result.ok())
+          << refused.says << ": rank " << r.rank << ": " << r.result.status();
+    }
+    EXPECT_LT(Clock::now() - start, seconds(10))
+        << "the refused seq was not taken: " << refused.says;
+  }
+
+  auto next = wire.ReserveSeq(1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  for (const auto& r : Submit(*client_, everyone_, [&](int) {
+         v1::OpRequest far;
+         far.set_kind(v1::OP_KIND_NOP);
+         far.set_seq(*next + 1000000);
+         far.set_generation(generation_);
+         return far;
+       })) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kOutOfRange)
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_THAT(r.result.status().message(),
+                HasSubstr("past the group's next"));
+  }
+  // The seq reserved above, unused, is released so the group does not wait.
+  for (const auto& r : wire.Release(everyone_, *next, *next + 1)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    EXPECT_TRUE(cluster_->worker(r).running()) << "rank " << r << " died";
+  }
+  ExpectFirstElements(
+      *client_, "y", [](int rank) { return rank + 1; },
+      "refused ops moved data");
+  ExpectTheWorldGoesOnAt(generation_);
+}
+
+// An op queued behind a seq its client never sent (a dead client's): the
+// call hears, before its deadline, which seq it waited behind, and the op is
+// withdrawn on every rank, so when the gap closes nothing runs that no
+// caller waits for, and the group goes on at once.
+TEST_F(RefusalTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
+  testing::ClientWire wire(*client_);
+  auto seq = wire.ReserveSeq(2);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const auto start = Clock::now();
+  for (const auto& r : wire.Submit(
+           everyone_,
+           [&](int) {
+             v1::OpRequest op = WireAllReduce("y", false);
+             op.set_seq(*seq + 1);
+             op.set_generation(generation_);
+             return op;
+           },
+           seconds(3))) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_THAT(r.result.status().message(),
+                HasSubstr(absl::StrCat("waits behind seq ", *seq)))
+        << "rank " << r.rank;
+    EXPECT_THAT(r.result.status().message(), HasSubstr("withdrawn"));
+  }
+  EXPECT_LT(Clock::now() - start, seconds(5));
+  // The missing seq is given up (as the gap timeout would, later): the
+  // withdrawn op behind it fails everywhere without moving data.
+  for (const auto& r : wire.Release(everyone_, *seq, *seq + 1)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  const auto next = Clock::now();
+  client::Op barrier;
+  barrier.kind = OpKind::kBarrier;
+  for (const auto& r : client_->Collective(barrier)) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  EXPECT_LT(Clock::now() - next, seconds(5));
+  ExpectFirstElements(
+      *client_, "y", [](int rank) { return rank + 1; }, "the withdrawn op ran");
+  ExpectTheWorldGoesOnAt(generation_);
+}
+
+// A bench far longer than its call (issue 15, item 4): every rank stops it
+// at the same instance a little before the call's deadline and says so with
+// DEADLINE_EXCEEDED, and the group is free at once for the next op.
+TEST_F(RefusalTest, ABenchStopsOnEveryRankAtItsCallsDeadline) {
+  testing::ClientWire wire(*client_);
+  AllocEverywhere(*client_, "b", 1 << 16, FillKind::kOnes);
+  if (HasFatalFailure()) return;
+  auto seq = wire.ReserveSeq(1);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const auto start = Clock::now();
+  const auto results = wire.Bench(
+      client_->AllRanks(),
+      [&](int) {
+        v1::BenchRequest bench;
+        *bench.mutable_op() = WireAllReduce("b", false);
+        bench.mutable_op()->set_seq(*seq);
+        bench.mutable_op()->set_generation(generation_);
+        bench.set_iters(1000000);
+        return bench;
+      },
+      seconds(6));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r.rank << ": " << r.result.status();
+    // The worker's own answer, not gRPC's bare one.
+    EXPECT_THAT(r.result.status().message(),
+                HasSubstr("every rank stopped at the same instance"))
+        << "rank " << r.rank;
+  }
+  EXPECT_LT(Clock::now() - start, seconds(8));
+  const auto next = Clock::now();
+  ExpectCorrectAllReduce("check");
+  EXPECT_LT(Clock::now() - next, seconds(5)) << "the bench held the group";
+  for (int r = 0; r < kWorkers; ++r) {
+    EXPECT_TRUE(cluster_->worker(r).running()) << "rank " << r << " died";
+  }
+  EXPECT_EQ(Client()->world().generation, generation_);
+}
+
+}  // namespace
+}  // namespace ccl::failure_testing
