@@ -5,6 +5,9 @@
 #   scripts/gpu-check.sh build
 # On the GPU machine (device run, carry=["build-nccl/devbundle"]):
 #   scripts/gpu-check.sh            # or: scripts/gpu-check.sh run
+#   scripts/gpu-check.sh checks     # the in-process, conformance and
+#                                   # failure suites (the verdict's first
+#                                   # piece; then cluster, python, peers)
 #   scripts/gpu-check.sh peer       # only the bare-NCCL peer steps (no
 #                                   # cluster, no ccctl; about a minute,
 #                                   # estimated, not yet timed)
@@ -62,6 +65,19 @@ export CCL_BINARY_CCCTL=$bundle/bin/ccctl
 export CCCTL_STATE_DIR=$OUT/ccctl-state
 mkdir -p "$CCCTL_STATE_DIR"
 ccctl=$bundle/bin/ccctl
+
+# A run cut short (the device call's time limit, Ctrl-C) must not leave
+# workers holding the GPUs: the next run on the same machine would measure
+# beside them (a killed run once left a GPU at 100 % and every small op 10x
+# slower in the next).
+cleanup() {
+  "$bundle/bin/ccctl" cluster down >/dev/null 2>&1
+  CCCTL_STATE_DIR=$OUT/cpu-state "$bundle/bin/ccctl" cluster down >/dev/null 2>&1
+  pkill -KILL -f "^$bundle/bin/" 2>/dev/null
+  return 0
+}
+trap 'cleanup; exit 130' INT TERM
+trap cleanup EXIT
 
 failures=0
 summary=()
@@ -127,6 +143,13 @@ report() {
   echo; grep -v '^#  rank' "$OUT/nccl_peer_nonblocking.log" 2>/dev/null
   echo; grep -h '^# client' "$OUT/bench_e2e_all_reduce.log" 2>/dev/null
   cat "$OUT/client_latency.log" 2>/dev/null
+  python3 - "$OUT/plan_flight.json" <<'PY' 2>/dev/null || true
+import json, sys
+for rank in json.load(open(sys.argv[1]))["ranks"]:
+    t = rank["records"][-1]["timing"]
+    print(f"# last plan on rank {rank['rank']}: queue {t['queue_us']:.1f} us, "
+          f"device (summed) {t['device_us']:.1f} us, total {t['total_us']:.1f} us")
+PY
   echo "failed steps: $failures"
 }
 
@@ -243,6 +266,9 @@ cluster_steps() {
   step client_latency 150 "$bundle/bin/client_latency" --coordinator \
     "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["coordinator"])' \
       "$CCCTL_STATE_DIR/state.json")" --iters 2000 --plan 1000
+  # Where a plan's time goes: each worker's flight record of the last plan
+  # (its ops share the plan's timing: queue, summed device time, total).
+  step plan_flight 30 bash -c "'$ccctl' -o json debug ops -n 2 >'$OUT/plan_flight.json'"
   # Worker logs (the state dir holds them) help when something failed.
   step cluster_down 60 "$ccctl" cluster down
   cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
@@ -266,7 +292,10 @@ case $mode in
   # `run` in two halves, for when one command may not take the whole verdict.
   ours) checks_steps; cluster_steps; python_steps ;;
   peers) peer_steps; torch_steps ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers]" >&2; exit 2 ;;
+  # `ours` took over 600 s on 2 x H200 (one device call's limit): in pieces.
+  checks) checks_steps ;;
+  cluster) cluster_steps ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))
