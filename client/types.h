@@ -99,35 +99,10 @@ struct TensorSpec {
   std::optional<Device> device;
 };
 
-enum class FillKind {
-  kZeros,
-  kOnes,
-  kConstant,        // value
-  kRank,            // rank
-  kRankPlusOne,     // rank + 1
-  kArange,          // i
-  kArangePlusRank,  // rank + i
-  kRandom,          // uniform [0, 1) from (seed, rank)
-  kAffine,          // value + rank * rank_scale + i * step
-  kUninitialized,   // fastest for large benchmark buffers
-};
-
-struct Fill {
-  FillKind kind = FillKind::kZeros;
-  double value = 0;
-  double rank_scale = 0;
-  double step = 0;
-  uint64_t seed = 0;
-};
-
-struct TensorInfo {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  Device device;
-  int64_t numel = 0;
-  int64_t bytes = 0;
-};
+// Fills and tensor metadata are the service's own (common/types.h).
+using ::ccl::Fill;
+using ::ccl::FillKind;
+using TensorInfo = ::ccl::TensorMeta;
 
 struct TensorList {
   std::vector<TensorInfo> tensors;

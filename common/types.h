@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
@@ -33,6 +34,39 @@ struct Device {
   DeviceKind kind = DeviceKind::kCpu;
   int index = 0;
   friend bool operator==(const Device&, const Device&) = default;
+};
+
+// How a tensor is filled when it is allocated or written (the same fills on
+// every backend and in the client's requests).
+enum class FillKind {
+  kZeros,
+  kOnes,
+  kConstant,        // value
+  kRank,            // rank
+  kRankPlusOne,     // rank + 1
+  kArange,          // i
+  kArangePlusRank,  // rank + i
+  kRandom,          // uniform [0, 1), from (seed, rank)
+  kAffine,          // value + rank * rank_scale + i * step
+  kUninitialized,   // fastest for large benchmark buffers
+};
+
+struct Fill {
+  FillKind kind = FillKind::kZeros;
+  double value = 0;
+  double rank_scale = 0;
+  double step = 0;
+  uint64_t seed = 0;
+};
+
+// What a tensor is: its name, type, shape and where it lives.
+struct TensorMeta {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  Device device;
+  int64_t numel = 0;
+  int64_t bytes = 0;
 };
 
 size_t DTypeSize(DType dtype);

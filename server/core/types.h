@@ -1,6 +1,7 @@
-// The worker's plain types, at the bottom of the core: what a tensor is and
-// how it is filled, what an op asks for, and what the flight recorder keeps.
-// No logic; everything in server/core may include this.
+// The worker's plain types, at the bottom of the core: a tensor's summary,
+// what an op asks for, and what the flight recorder keeps (what a tensor is
+// and how it is filled are common/types.h's, shared with the client). No
+// logic; everything in server/core may include this.
 #pragma once
 
 #include <chrono>
@@ -12,36 +13,6 @@
 #include "common/types.h"
 
 namespace ccl {
-
-enum class FillKind {
-  kZeros,
-  kOnes,
-  kConstant,        // value
-  kRank,            // rank
-  kRankPlusOne,     // rank + 1
-  kArange,          // i
-  kArangePlusRank,  // rank + i
-  kRandom,          // uniform [0, 1), from (seed, rank)
-  kAffine,          // value + rank * rank_scale + i * step
-  kUninitialized,
-};
-
-struct Fill {
-  FillKind kind = FillKind::kZeros;
-  double value = 0;
-  double rank_scale = 0;
-  double step = 0;
-  uint64_t seed = 0;
-};
-
-struct TensorMeta {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  Device device;
-  int64_t numel = 0;
-  int64_t bytes = 0;
-};
 
 struct TensorSummary {
   TensorMeta meta;
