@@ -1,4 +1,5 @@
 // ccctl status and ccctl tensor alloc|write|read|free|ls.
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -8,7 +9,7 @@
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
 #include "client/ccctl/json.h"
-#include "common/element.h"
+#include "client/ccctl/values.h"
 
 namespace ccl::ctl {
 namespace {
@@ -177,12 +178,9 @@ int Write(Globals& globals, const WriteArgs& args) {
     }
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   } else {
-    auto values = ParseDoubleList(args.values);
-    if (!values.ok()) return Fail(values.status(), true);
-    bytes.resize(values->size() * element);
-    for (size_t i = 0; i < values->size(); ++i) {
-      StoreElement(dtype, bytes.data(), i, (*values)[i]);
-    }
+    auto encoded = EncodeValues(dtype, args.values);
+    if (!encoded.ok()) return Fail(encoded.status(), true);
+    bytes = *std::move(encoded);
   }
   auto info = (*client)->Write(
       args.rank, args.name, args.offset * static_cast<int64_t>(element), bytes);
@@ -210,6 +208,20 @@ int Read(Globals& globals, const ReadArgs& args) {
   if (!ranks.ok()) return Fail(ranks.status(), true);
   const auto results = (*client)->Summarize(*ranks, args.name, args.limit);
   const bool failed = ReportRankErrors(results);
+  // The summary's head travels as doubles, which do not hold every int64:
+  // those are read back as raw bytes and printed exactly.
+  auto head_of = [&](int rank,
+                     const TensorSummary& summary) -> std::vector<std::string> {
+    const DType dtype = summary.info.dtype;
+    if (!DoubleHoldsEveryValue(dtype) && !summary.head.empty()) {
+      auto raw = (*client)->Read(rank, args.name, 0,
+                                 static_cast<int64_t>(summary.head.size()));
+      if (raw.ok()) return DecodeValues(dtype, *raw);
+    }
+    std::vector<std::string> text;
+    for (double value : summary.head) text.push_back(FormatValue(value, dtype));
+    return text;
+  };
   if (globals.json()) {
     nlohmann::json document = nlohmann::json::array();
     for (const auto& r : results) {
@@ -217,6 +229,14 @@ int Read(Globals& globals, const ReadArgs& args) {
       nlohmann::json entry = ToJson(*r.result);
       entry["rank"] = r.rank;
       entry["values"] = entry["head"];
+      if (!DoubleHoldsEveryValue(r.result->info.dtype)) {
+        // Exact integers (JSON numbers as int64), not the doubles' head.
+        nlohmann::json exact = nlohmann::json::array();
+        for (const std::string& value : head_of(r.rank, *r.result)) {
+          exact.push_back(std::stoll(value));
+        }
+        entry["values"] = exact;
+      }
       document.push_back(entry);
     }
     PrintJson(document);
@@ -226,15 +246,27 @@ int Read(Globals& globals, const ReadArgs& args) {
       if (!r.result.ok()) continue;
       const TensorSummary& summary = *r.result;
       const DType shown = summary.info.dtype;
+      std::string values = "[" + absl::StrJoin(head_of(r.rank, summary), ", ");
+      if (summary.info.numel > static_cast<int64_t>(summary.head.size())) {
+        values += summary.head.empty() ? "..." : ", ...";
+      }
+      values += "]";
+      // Sum, min and max are the worker's, as doubles: beyond 2^53 an int64
+      // one is near, not exact, and says so.
+      auto approximate = [&](double value, DType dtype) {
+        std::string text = FormatValue(value, dtype);
+        if (!DoubleHoldsEveryValue(shown) &&
+            std::fabs(value) > 9007199254740992.0) {
+          text = "~" + text;
+        }
+        return text;
+      };
       table.AddRow(
           {absl::StrCat(r.rank), std::string(DTypeName(shown)),
-           ShapeText(summary.info),
-           FormatValues(
-               summary.head, shown,
-               summary.info.numel > static_cast<int64_t>(summary.head.size())),
-           FormatValue(summary.sum,
+           ShapeText(summary.info), values,
+           approximate(summary.sum,
                        IsFloatingPoint(shown) ? DType::kFloat64 : shown),
-           FormatValue(summary.min, shown), FormatValue(summary.max, shown)});
+           approximate(summary.min, shown), approximate(summary.max, shown)});
     }
     std::cout << table.Render();
   }

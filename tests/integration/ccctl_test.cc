@@ -189,6 +189,42 @@ TEST_F(CcctlTest, TensorLifecycleSendRecvAndAsync) {
   EXPECT_EQ(Ccctl("tensor ls").out.find(" t "), std::string::npos);
 }
 
+// Integers go through the CLI exactly (issue 15, item 7): an int64 past
+// 2^53 is written and read back to the digit, in the table and in JSON, and
+// a value the dtype cannot hold is refused (exit 2) without touching the
+// tensor.
+TEST_F(CcctlTest, IntegersRoundTripExactlyAndOutOfRangeIsRefused) {
+  ASSERT_EQ(
+      Ccctl("tensor alloc big --shape 3 --dtype int64 --ranks 0").exit_code, 0);
+  Result wrote = Ccctl(
+      "tensor write big --rank 0 --values "
+      "9007199254740993,-9223372036854775807,7");
+  ASSERT_EQ(wrote.exit_code, 0) << wrote.err;
+  Result table = Ccctl("tensor read big --ranks 0");
+  EXPECT_NE(table.out.find("[9007199254740993, -9223372036854775807, 7]"),
+            std::string::npos)
+      << table.out;
+  Result json = Ccctl("tensor read big --ranks 0 -o json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  auto values = nlohmann::json::parse(json.out)[0]["values"];
+  EXPECT_EQ(values[0].get<int64_t>(), int64_t{9007199254740993});
+  EXPECT_EQ(values[1].get<int64_t>(), int64_t{-9223372036854775807});
+
+  ASSERT_EQ(Ccctl("tensor alloc small --shape 2 --dtype int8 --fill ones "
+                  "--ranks 0")
+                .exit_code,
+            0);
+  Result refused = Ccctl("tensor write small --rank 0 --values 5,128");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("value 128 does not fit int8 (-128..127)"),
+            std::string::npos)
+      << refused.err;
+  Result untouched = Ccctl("tensor read small --ranks 0");
+  EXPECT_NE(untouched.out.find("[1, 1]"), std::string::npos) << untouched.out;
+  EXPECT_EQ(Ccctl("tensor free big --ranks 0").exit_code, 0);
+  EXPECT_EQ(Ccctl("tensor free small --ranks 0").exit_code, 0);
+}
+
 TEST_F(CcctlTest, ExitCodes) {
   // Bad usage: 2, before any RPC.
   EXPECT_EQ(Ccctl("allreduce --op xor").exit_code, 2);

@@ -1,4 +1,5 @@
-# ccctl's helpers that need no cluster: the temporary tensors' names.
+# ccctl's helpers that need no cluster: the temporary tensors' names and
+# values as typed on the command line.
 add_executable(ccctl_unit_tests ccctl_test.cc)
 target_link_libraries(ccctl_unit_tests PRIVATE ccl_ccctl GTest::gmock
   GTest::gtest_main)
