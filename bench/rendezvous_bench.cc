@@ -38,7 +38,7 @@
 #include "bench/coordinator_process.h"
 #include "bench/simulated_world.h"
 #include "coordinator/coordinator_core.h"
-#include "server/comm/nccl/unique_id_plan.h"
+#include "common/unique_id_plan.h"
 #include "spdlog/spdlog.h"
 
 namespace {

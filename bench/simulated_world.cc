@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "coordinator/heartbeat_policy.h"
-#include "server/comm/nccl/unique_id_plan.h"
+#include "common/unique_id_plan.h"
 
 namespace ccl::bench {
 namespace {

@@ -1,6 +1,6 @@
 // Thousands of simulated workers in one process, each doing against a real
 // coordinator what a ccworker does: Register, then the NCCL unique-id
-// rendezvous through the KV store (server/nccl/unique_id_plan.h: one id, or
+// rendezvous through the KV store (common/unique_id_plan.h: one id, or
 // one per block of ranks and the list from rank 0), then heartbeats at the
 // interval and phase the coordinator tells it. The callback client API
 // keeps them threadless; they share a few dozen channels, as workers on a

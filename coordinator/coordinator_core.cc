@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/secrets.h"
+#include "common/unique_id_plan.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl::coordinator {
@@ -260,12 +261,48 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
     timers_.Cancel(waiter.timer);
     RegisterResult result{waiter.rank, generation_, world,
                           std::move(waiter.secret)};
-    deferred.push_back(
-        [done = std::move(waiter.done), result = std::move(result)]() mutable {
-          done(std::move(result));
-        });
+    AnswerRegisterLocked(id, std::move(result), waiter.nccl_ranks_per_root,
+                         waiter.timeout, std::move(waiter.done), deferred);
   }
   register_waiters_.clear();
+}
+
+void CoordinatorCore::AnswerRegisterLocked(
+    WaitId id, RegisterResult result, std::optional<int> nccl_ranks_per_root,
+    std::chrono::milliseconds timeout, Callback<RegisterResult> done,
+    Deferred& deferred) {
+  if (nccl_ranks_per_root.has_value()) {
+    const nccl::UniqueIdPlan plan =
+        nccl::PlanUniqueIds(result.rank, WorldSize(), *nccl_ranks_per_root);
+    if (!plan.posts) {
+      std::string key =
+          nccl::UniqueIdReadKey(nccl::WorldPrefix(result.generation), plan);
+      // The rank's first heartbeat comes only after this reply: holding it
+      // longer than an interval could make a live rank look silent.
+      const std::chrono::milliseconds hold =
+          std::min(timeout, Timing().interval);
+      const int64_t generation = result.generation;
+      // Whatever ends the wait (a timeout, the generation's end, the
+      // caller leaving), the registration itself stands: the worker then
+      // reads the key as a worker that did not ask would.
+      kv_.Wait(
+          id, generation, {key}, /*with_values=*/true, hold,
+          [done = std::move(done), result = std::move(result),
+           key](absl::StatusOr<KvWaitResult> r) mutable {
+            if (r.ok() && r->values.size() == 1) {
+              result.kv.emplace_back(std::move(key),
+                                     std::move(r->values.front()));
+            }
+            done(std::move(result));
+          },
+          deferred);
+      return;
+    }
+  }
+  deferred.push_back(
+      [done = std::move(done), result = std::move(result)]() mutable {
+        done(std::move(result));
+      });
 }
 
 // ---------------------------------------------------------------------------
@@ -292,6 +329,12 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       return fail(absl::InvalidArgumentError(absl::StrCat(
           "register: next seq ", next, " of group '", group, "' is negative")));
     }
+  }
+  if (request.nccl_ranks_per_root.has_value() &&
+      *request.nccl_ranks_per_root < 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "register: NCCL ranks per root ", *request.nccl_ranks_per_root,
+        " is negative (0 means one unique id)")));
   }
   if (request.timeout.count() < 0) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -385,9 +428,8 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
                     request.worker_id, request.address);
         RegisterResult result{rank, generation_, SharedSnapshotLocked(),
                               member->secret};
-        deferred.push_back([&done, result = std::move(result)]() mutable {
-          done(std::move(result));
-        });
+        AnswerRegisterLocked(id, std::move(result), request.nccl_ranks_per_root,
+                             timeout, std::move(done), deferred);
       } else {
         // A lost or departed member coming back joins anew.
         roster_.SetState(rank, MemberState::kJoining);
@@ -407,6 +449,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
         waiter.secret = member->secret;
         waiter.done = std::move(done);
         waiter.timeout = timeout;
+        waiter.nccl_ranks_per_root = request.nccl_ranks_per_root;
         member->register_waits.push_back(id);
         if (roster_.complete()) {
           FormWorldLocked(deferred);

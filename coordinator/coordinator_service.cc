@@ -80,6 +80,9 @@ absl::StatusOr<RegisterRequest> RegisterFromProto(
   native.timeout = ClampTimeout(request.timeout_ms(), limits);
   native.resume_generation = request.resume_generation();
   native.rejoin = request.rejoin();
+  if (request.has_nccl_ranks_per_root()) {
+    native.nccl_ranks_per_root = request.nccl_ranks_per_root();
+  }
   native.resume_next_seq.insert(request.resume_next_seq().begin(),
                                 request.resume_next_seq().end());
   return native;
@@ -169,6 +172,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
                      response->set_worker_secret(r->secret);
                      *response->mutable_world() =
                          *WorldProto(r->world, include_members);
+                     for (const auto& [key, value] : r->kv) {
+                       (*response->mutable_kv())[key] = *value;
+                     }
                    }
                    reactor->Finish(ToGrpcStatus(r.status()));
                  });

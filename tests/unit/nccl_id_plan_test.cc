@@ -3,8 +3,8 @@
 // plays it for worlds far larger than any test machine's GPUs.
 #include <vector>
 
+#include "common/unique_id_plan.h"
 #include "gtest/gtest.h"
-#include "server/comm/nccl/unique_id_plan.h"
 
 namespace ccl::nccl {
 namespace {

@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/types.h"
+#include "common/unique_id_plan.h"
 #include "server/comm/kv_store.h"
-#include "server/comm/nccl/unique_id_plan.h"
 #include "server/cuda/cuda_status.h"
 
 namespace ccl::nccl {

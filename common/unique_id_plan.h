@@ -1,7 +1,9 @@
 // How the NCCL unique ids of one communicator are made and handed out
-// through the KV store. Header-only and free of CUDA, so that the unit tests
-// and the coordinator's rendezvous benchmark (which plays this protocol for
-// thousands of simulated ranks) use the very same plan as the backend.
+// through the KV store. Header-only and free of CUDA, so that the unit tests,
+// the coordinator (which answers a world's registrations with the ids, see
+// RegisterRequest.nccl_ranks_per_root) and its rendezvous benchmark (which
+// plays this protocol for thousands of simulated ranks) use the very same
+// plan as the backend.
 //
 // Small worlds use one id: rank 0 calls ncclGetUniqueId and posts it under
 // UniqueIdKey(prefix), everyone else reads it (ncclCommInitRankConfig).
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -92,6 +95,13 @@ inline UniqueIdPlan PlanUniqueIds(int rank, int world_size,
   return plan;
 }
 
+// The prefix of a generation's world communicator ("gen3/world"): the
+// worker builds it there, and the coordinator reads its ids for the
+// registrations that ask.
+inline std::string WorldPrefix(int64_t generation) {
+  return absl::StrCat("gen", generation, "/world");
+}
+
 // Keys under the communicator's prefix ("gen3/world").
 inline std::string UniqueIdKey(const std::string& prefix) {
   return absl::StrCat("nccl/", prefix, "/id");
@@ -101,6 +111,12 @@ inline std::string UniqueIdKey(const std::string& prefix, int block) {
 }
 inline std::string UniqueIdListKey(const std::string& prefix) {
   return absl::StrCat("nccl/", prefix, "/ids");
+}
+
+// The one key a rank that posts nothing reads: the id, or the list.
+inline std::string UniqueIdReadKey(const std::string& prefix,
+                                   const UniqueIdPlan& plan) {
+  return plan.ids == 1 ? UniqueIdKey(prefix) : UniqueIdListKey(prefix);
 }
 
 }  // namespace ccl::nccl
