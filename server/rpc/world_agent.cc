@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/heartbeat_policy.h"
@@ -181,8 +182,12 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   spdlog::info("ccworker: rank {} of {} in generation {}{}", rank, world_size,
                generation, first ? "" : " (re-forming; tensors kept)");
   if (!first) SetState("re-forming");
-  stores_.push_back(
-      std::make_unique<CoordinatorKvStore>(coordinator_, generation));
+  // The NCCL ids the registration brought (nccl_ranks_per_root), if any:
+  // the rendezvous then reads them from the store without a call.
+  std::map<std::string, std::string> known(registered->kv().begin(),
+                                           registered->kv().end());
+  stores_.push_back(std::make_unique<CoordinatorKvStore>(
+      coordinator_, generation, std::move(known)));
   // Where the peers' failure diagnosis can try to reach this worker (a
   // link cut between two workers then shows by name). Best effort: a
   // diagnosis without it just names no unreachable peer.
