@@ -12,6 +12,9 @@
 //     --ranks-per-root R     NCCL ranks per unique id; 0: one id (default 128)
 //     --generations G        formations per N (default 1)
 //     --cccoord PATH         the coordinator binary (default: this build's)
+//     --kv-ids               every rank reads the ids from the KV store, as
+//                            before Register could carry them (2 calls a
+//                            rank); default: ask for them with Register
 //     --logic-only           the same protocol against CoordinatorCore in
 //                            this process, no gRPC: what the coordinator's
 //                            own code costs, apart from its transport
@@ -37,8 +40,8 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/coordinator_process.h"
 #include "bench/simulated_world.h"
-#include "coordinator/coordinator_core.h"
 #include "common/unique_id_plan.h"
+#include "coordinator/coordinator_core.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -54,13 +57,15 @@ struct Options {
   int ranks_per_root = 128;
   int generations = 1;
   bool logic_only = false;
+  bool kv_ids = false;
   std::string cccoord = ccl::bench::DefaultCoordinatorBinary();
 };
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--channels C] [--ranks-per-root R] "
-               "[--generations G] [--cccoord PATH] [N ...]\n",
+               "[--generations G] [--cccoord PATH] [--kv-ids] "
+               "[--logic-only] [N ...]\n",
                argv0);
   return 2;
 }
@@ -228,9 +233,12 @@ int RunLogicOnly(const Options& options, int n) {
     request.host = absl::StrCat("node", w / 8);
     request.device = {ccl::DeviceKind::kCuda, w % 8};
     request.worker_id = absl::StrCat("sim-", w);
+    if (!options.kv_ids) request.nccl_ranks_per_root = options.ranks_per_root;
     core.Register(core.NewWaitId(), std::move(request),
                   [&](absl::StatusOr<co::RegisterResult> r) {
                     if (!r.ok()) return finish(false);
+                    // The ids came with the reply: nothing left to read.
+                    if (!r->kv.empty()) return finish(true);
                     rendezvous(r->rank, r->generation);
                   });
   }
@@ -273,7 +281,7 @@ int RunSize(const Options& options, int n) {
       return 1;
     }
     const absl::StatusOr<ProcessSample> before = (*coordinator)->Sample();
-    world = workers.Form(n, options.ranks_per_root);
+    world = workers.Form(n, options.ranks_per_root, !options.kv_ids);
     const absl::StatusOr<ProcessSample> after = (*coordinator)->Sample();
     if (!world.error.empty() || !before.ok() || !after.ok() || !idle.ok()) {
       std::printf("%8d  failed: %s\n", n,
@@ -325,6 +333,8 @@ int main(int argc, char** argv) {
       ok = value(options.ranks_per_root) && options.ranks_per_root >= 0;
     } else if (arg == "--generations") {
       ok = value(options.generations) && options.generations > 0;
+    } else if (arg == "--kv-ids") {
+      options.kv_ids = true;
     } else if (arg == "--logic-only") {
       options.logic_only = true;
     } else if (arg == "--cccoord") {
@@ -352,8 +362,10 @@ int main(int argc, char** argv) {
     for (int n : options.sizes) failures += RunLogicOnly(options, n);
     return failures == 0 ? 0 : 1;
   }
-  std::printf("# coordinator %s; simulated workers on %d channel(s)\n",
-              options.cccoord.c_str(), options.channels);
+  std::printf("# coordinator %s; simulated workers on %d channel(s); ids %s\n",
+              options.cccoord.c_str(), options.channels,
+              options.kv_ids ? "from the KV store (--kv-ids)"
+                             : "with Register where it can carry them");
   std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "N",
               "gen", "chan", "ids", "register", "formed", "per-rank",
               "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes");

@@ -7,8 +7,8 @@
 #include <thread>
 #include <utility>
 
-#include "coordinator/heartbeat_policy.h"
 #include "common/unique_id_plan.h"
+#include "coordinator/heartbeat_policy.h"
 
 namespace ccl::bench {
 namespace {
@@ -101,7 +101,8 @@ SimulatedWorld::SimulatedWorld(const std::string& address, int channels) {
   }
 }
 
-FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
+FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
+                                 bool ids_with_register) {
   FormedWorld world;
   world.rank_of.assign(n, -1);
   world.worker_id_of.resize(n);
@@ -197,6 +198,7 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
     world.worker_id_of[w] = "sim-" + std::to_string(w);
     request.set_worker_id(world.worker_id_of[w]);
     request.set_timeout_ms(kRegisterWait.count());
+    if (ids_with_register) request.set_nccl_ranks_per_root(ranks_per_root);
     Stub(w)->async()->Register(
         &call->context, &call->request, &call->response,
         [&, call, w](grpc::Status s) {
@@ -214,7 +216,22 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
               world.timeout_ms = r.world().heartbeat_timeout_ms();
             }
             registered->Done();
-            rendezvous(w, r.rank(), r.generation());
+            // What ccworker's CoordinatorKvStore does with the reply's kv:
+            // the key the rank would read is there, so the rendezvous is
+            // over for it.
+            const nccl::UniqueIdPlan plan =
+                nccl::PlanUniqueIds(r.rank(), n, ranks_per_root);
+            auto known = r.kv().find(
+                nccl::UniqueIdReadKey(nccl::WorldPrefix(r.generation()), plan));
+            if (known == r.kv().end()) {
+              rendezvous(w, r.rank(), r.generation());
+            } else if (known->second.size() !=
+                       (plan.ids == 1 ? kIdHex.size()
+                                      : plan.ids * nccl::kUniqueIdBytes)) {
+              done->Fail("Register: the ids it carried have the wrong size");
+            } else {
+              done->Done();
+            }
           }
           delete call;
         });

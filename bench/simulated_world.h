@@ -1,10 +1,11 @@
 // Thousands of simulated workers in one process, each doing against a real
 // coordinator what a ccworker does: Register, then the NCCL unique-id
 // rendezvous through the KV store (common/unique_id_plan.h: one id, or
-// one per block of ranks and the list from rank 0), then heartbeats at the
-// interval and phase the coordinator tells it. The callback client API
-// keeps them threadless; they share a few dozen channels, as workers on a
-// few dozen hosts would share links.
+// one per block of ranks and the list from rank 0), which the ranks that
+// post no id skip when their Register reply brought the ids; then
+// heartbeats at the interval and phase the coordinator tells it. The callback
+// client API keeps them threadless; they share a few dozen channels, as workers
+// on a few dozen hosts would share links.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -48,8 +49,12 @@ class SimulatedWorld {
   SimulatedWorld(const std::string& address, int channels);
 
   // Registers `n` workers and runs the unique-id rendezvous of a world of
-  // size n with `ranks_per_root` (0: one id).
-  FormedWorld Form(int n, int ranks_per_root);
+  // size n with `ranks_per_root` (0: one id). With `ids_with_register`, as
+  // ccworker does for a CUDA device, each Register asks for the ids
+  // (RegisterRequest.nccl_ranks_per_root) and a rank whose reply carries
+  // them is done; without it, every rank reads them from the KV store (the
+  // protocol before the ids came with the registration).
+  FormedWorld Form(int n, int ranks_per_root, bool ids_with_register = true);
 
   // Heartbeats every worker of `world` for `duration` at the interval the
   // coordinator gave, first beats staggered as ccworker does. When
