@@ -216,10 +216,10 @@ int RunLogicOnly(const Options& options, int n) {
         keys.push_back(ccl::nccl::UniqueIdKey(prefix, b));
       }
       return wait(generation, std::move(keys), [&, prefix, plan, generation] {
-        finish(
-            core.KvSet(generation, ccl::nccl::UniqueIdListKey(prefix),
-                       std::string(plan.ids * ccl::nccl::kUniqueIdBytes, 'x'))
-                .ok());
+        finish(core.KvSet(generation, ccl::nccl::UniqueIdListKey(prefix),
+                          // Packed ids of 36 bytes (simulated_world.cc).
+                          std::string(plan.ids * 37, 'x'))
+                   .ok());
       });
     }
     wait(generation, {ccl::nccl::UniqueIdListKey(prefix)},

@@ -24,6 +24,15 @@ constexpr milliseconds kKvWait(120000);
 constexpr milliseconds kRpcMargin(60000);
 // What ccworker posts for one id: its 128 bytes in hex.
 const std::string kIdHex(2 * nccl::kUniqueIdBytes, 'a');
+// What rank 0 posts for `ids` ids, as ncclGetUniqueId makes them: a handle
+// of 36 non-zero bytes (a 64-bit magic and an IPv6 socket address, the
+// longer case; IPv4 is 16), zeros after it (common/unique_id_plan.h).
+std::string IdList(int ids) {
+  std::string id(nccl::kUniqueIdBytes, '\0');
+  id.replace(0, 36, std::string(36, '\x7f'));
+  return nccl::PackUniqueIds(
+      std::vector<std::string>(static_cast<size_t>(ids), id));
+}
 
 // One RPC's state, alive until its callback has run.
 template <typename Request, typename Response>
@@ -114,8 +123,10 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
 
   // The rendezvous of worker `w`, rank `rank`, as NcclCommunicator::Create
   // runs it through CoordinatorKvStore.
-  auto rendezvous = [this, n, ranks_per_root, done](int w, int rank,
-                                                    int64_t generation) {
+  const size_t list_bytes =
+      IdList(nccl::UniqueIdCount(n, ranks_per_root)).size();
+  auto rendezvous = [this, n, ranks_per_root, done, list_bytes](
+                        int w, int rank, int64_t generation) {
     v1::Coordinator::Stub* stub = Stub(w);
     const std::string prefix = "gen" + std::to_string(generation) + "/world";
     const nccl::UniqueIdPlan plan =
@@ -170,15 +181,13 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
       return wait({nccl::UniqueIdKey(prefix)}, kIdHex.size(), finished);
     }
     if (plan.posts) set(nccl::UniqueIdKey(prefix, plan.block), kIdHex, {});
-    const size_t list_bytes = plan.ids * nccl::kUniqueIdBytes;
     if (plan.gathers) {
       std::vector<std::string> keys;
       for (int b = 0; b < plan.ids; ++b) {
         keys.push_back(nccl::UniqueIdKey(prefix, b));
       }
       return wait(std::move(keys), kIdHex.size(), [=] {
-        set(nccl::UniqueIdListKey(prefix), std::string(list_bytes, 'x'),
-            finished);
+        set(nccl::UniqueIdListKey(prefix), IdList(plan.ids), finished);
       });
     }
     wait({nccl::UniqueIdListKey(prefix)}, list_bytes, finished);
@@ -226,8 +235,7 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
             if (known == r.kv().end()) {
               rendezvous(w, r.rank(), r.generation());
             } else if (known->second.size() !=
-                       (plan.ids == 1 ? kIdHex.size()
-                                      : plan.ids * nccl::kUniqueIdBytes)) {
+                       (plan.ids == 1 ? kIdHex.size() : list_bytes)) {
               done->Fail("Register: the ids it carried have the wrong size");
             } else {
               done->Done();
