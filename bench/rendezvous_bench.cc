@@ -281,7 +281,9 @@ int RunSize(const Options& options, int n) {
       return 1;
     }
     const absl::StatusOr<ProcessSample> before = (*coordinator)->Sample();
+    const double workers_cpu_before = CpuSeconds();
     world = workers.Form(n, options.ranks_per_root, !options.kv_ids);
+    const double workers_cpu = CpuSeconds() - workers_cpu_before;
     const absl::StatusOr<ProcessSample> after = (*coordinator)->Sample();
     if (!world.error.empty() || !before.ok() || !after.ok() || !idle.ok()) {
       std::printf("%8d  failed: %s\n", n,
@@ -298,14 +300,15 @@ int RunSize(const Options& options, int n) {
     };
     std::printf(
         "%8d %4lld %5d %5d %9.3f %9.3f %9.1f %9.2f %9.1f %9.1f %8.2f %7.0f "
-        "%9.0f\n",
+        "%9.0f %7.2f\n",
         n, static_cast<long long>(world.generation), options.channels,
         world.unique_ids, world.registered_s, world.formed_s,
         world.formed_s / n * 1e6, after->cpu_s - before->cpu_s,
         static_cast<double>(after->peak_kb) / 1024.0,
         static_cast<double>(after->rss_kb) / 1024.0,
         static_cast<double>(after->rss_kb - idle->rss_kb) / n,
-        metric("ccl_coordinator_kv_keys"), metric("ccl_coordinator_kv_bytes"));
+        metric("ccl_coordinator_kv_keys"), metric("ccl_coordinator_kv_bytes"),
+        workers_cpu);
     std::fflush(stdout);
   }
   unlink(log.c_str());
@@ -366,12 +369,13 @@ int main(int argc, char** argv) {
               options.cccoord.c_str(), options.channels,
               options.kv_ids ? "from the KV store (--kv-ids)"
                              : "with Register where it can carry them");
-  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "N",
+  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s %7s\n", "N",
               "gen", "chan", "ids", "register", "formed", "per-rank",
-              "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes");
-  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "", "",
-              "", "", "(s)", "(s)", "(us)", "(s)", "(MiB)", "(MiB)", "(KiB)",
-              "", "(B)");
+              "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes",
+              "wrkCPU");
+  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s %7s\n", "",
+              "", "", "", "(s)", "(s)", "(us)", "(s)", "(MiB)", "(MiB)",
+              "(KiB)", "", "(B)", "(s)");
   int failures = 0;
   for (int n : options.sizes) failures += RunSize(options, n);
   return failures == 0 ? 0 : 1;
