@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/secrets.h"
 #include "common/unique_id_plan.h"
+#include "common/world_keys.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl::coordinator {
@@ -138,6 +139,14 @@ void CoordinatorCore::StartGenerationLocked(int64_t next, Deferred& deferred) {
                                               " is over (current is ", next,
                                               "); re-register")),
               deferred);
+  // Every member's address, for the ranks' failure diagnosis: set here from
+  // the registrations rather than by each rank, which would be one more
+  // call per rank per generation.
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    if (const Member* member = roster_.Find(rank); member != nullptr) {
+      kv_.Set(next, PeerAddressKey(rank), member->address, deferred);
+    }
+  }
 }
 
 void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
@@ -411,6 +420,11 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       if (member->address != request.address || member->host != request.host ||
           member->device != request.device) {
         roster_.Touch();
+        // A member of the running generation that came back elsewhere.
+        if (generation_ > 0 && member->state() == MemberState::kReady &&
+            member->address != request.address) {
+          kv_.Set(generation_, PeerAddressKey(rank), request.address, deferred);
+        }
       }
       member->address = request.address;
       member->host = request.host;

@@ -170,6 +170,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
                      response->set_rank(r->rank);
                      response->set_generation(r->generation);
                      response->set_worker_secret(r->secret);
+                     // CoordinatorCore sets them as each generation starts.
+                     response->set_peer_addresses_published(true);
                      *response->mutable_world() =
                          *WorldProto(r->world, include_members);
                      for (const auto& [key, value] : r->kv) {

@@ -189,10 +189,14 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   stores_.push_back(std::make_unique<CoordinatorKvStore>(
       coordinator_, generation, std::move(known)));
   // Where the peers' failure diagnosis can try to reach this worker (a
-  // link cut between two workers then shows by name). Best effort: a
-  // diagnosis without it just names no unreachable peer.
-  if (absl::Status s = stores_.back()->Set(PeerAddressKey(rank),
-                                           options_.registration.address());
+  // link cut between two workers then shows by name), unless the
+  // coordinator already set it. Best effort: a diagnosis without it just
+  // names no unreachable peer.
+  if (absl::Status s =
+          registered->peer_addresses_published()
+              ? absl::OkStatus()
+              : stores_.back()->Set(PeerAddressKey(rank),
+                                    options_.registration.address());
       !s.ok()) {
     spdlog::debug("ccworker: publishing the address for diagnosis: {}",
                   s.ToString());

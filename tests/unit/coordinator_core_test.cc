@@ -871,6 +871,27 @@ TEST_F(CoordinatorCoreTest, ANewGenerationReleasesAHeldRegistration) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500));
 }
 
+TEST_F(CoordinatorCoreTest, EachGenerationStartsWithTheMembersAddresses) {
+  Make(2);
+  std::vector<int> ranks = FormWorld(2);
+  ASSERT_EQ(ranks, (std::vector<int>{0, 1}));
+  // What the ranks' failure diagnosis reads, set without a call of theirs.
+  auto address = [&](int64_t generation, int rank) {
+    auto r = core_->KvGet(generation, "addr/" + std::to_string(rank));
+    return r.ok() ? r->second : r.status().ToString();
+  };
+  EXPECT_EQ(address(1, 0), "10.0.0.1:5000");
+  EXPECT_EQ(address(1, 1), "10.0.0.1:5001");
+  // A member that comes back at another address is found there.
+  auto moved = Register("w1");
+  ASSERT_TRUE(moved->Get().ok());
+  EXPECT_EQ(address(1, 1), "10.0.0.1:5002");
+  // The next generation starts with them too.
+  ASSERT_TRUE(core_->Heartbeat(Beat(0, 1, "w0", 0, 0, "broken")).ok());
+  EXPECT_EQ(address(2, 0), "10.0.0.1:5000");
+  EXPECT_EQ(address(2, 1), "10.0.0.1:5002");
+}
+
 TEST_F(CoordinatorCoreTest, ANegativeRanksPerRootIsInvalid) {
   Make(2);
   auto bad = RegisterForIds("a", -1);
