@@ -121,8 +121,11 @@ int FreePort() {
 }
 
 // Asks for a new generation through rank 0's heartbeat, as a worker whose
-// communicator broke does.
-bool Reform(const std::string& address, const FormedWorld& world) {
+// communicator broke does; the coordinator starts it once every member has
+// been heard from since (a rank that died would not be), so every simulated
+// worker then beats once, as live workers would within an interval.
+bool Reform(const std::string& address, SimulatedWorld& workers,
+            const FormedWorld& world) {
   auto stub = ccl::v1::Coordinator::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   for (size_t w = 0; w < world.rank_of.size(); ++w) {
@@ -137,8 +140,9 @@ bool Reform(const std::string& address, const FormedWorld& world) {
     request.set_worker_secret(world.secret_of[w]);
     request.set_reform_reason("rendezvous_bench: next generation");
     ccl::v1::HeartbeatResponse response;
-    return stub->Heartbeat(&context, request, &response).ok() &&
-           response.generation() > world.generation;
+    if (!stub->Heartbeat(&context, request, &response).ok()) return false;
+    return response.generation() > world.generation ||
+           workers.BeatOnce(world) > world.generation;
   }
   return false;
 }
@@ -275,7 +279,7 @@ int RunSize(const Options& options, int n) {
   int failures = 0;
   FormedWorld world;
   for (int g = 1; g <= options.generations; ++g) {
-    if (g > 1 && !Reform((*coordinator)->address(), world)) {
+    if (g > 1 && !Reform((*coordinator)->address(), workers, world)) {
       std::printf("%8d  failed: the coordinator did not start a generation\n",
                   n);
       return 1;

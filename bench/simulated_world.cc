@@ -206,6 +206,9 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
     request.mutable_device()->set_index(w % 8);
     world.worker_id_of[w] = "sim-" + std::to_string(w);
     request.set_worker_id(world.worker_id_of[w]);
+    if (static_cast<size_t>(w) < secrets_.size()) {
+      request.set_worker_secret(secrets_[w]);
+    }
     request.set_timeout_ms(kRegisterWait.count());
     if (ids_with_register) request.set_nccl_ranks_per_root(ranks_per_root);
     Stub(w)->async()->Register(
@@ -251,7 +254,40 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
   world.formed_s = std::chrono::duration<double>(done_at - start).count();
   world.error = done->error();
   world.unique_ids = nccl::UniqueIdCount(n, ranks_per_root);
+  if (world.error.empty()) secrets_ = world.secret_of;
   return world;
+}
+
+int64_t SimulatedWorld::BeatOnce(const FormedWorld& world) {
+  const int n = static_cast<int>(world.rank_of.size());
+  std::mutex mutex;
+  std::condition_variable all_back;
+  int left = n;
+  int64_t highest = 0;
+  bool failed = false;
+  for (int w = 0; w < n; ++w) {
+    auto* call =
+        NewCall<v1::HeartbeatRequest, v1::HeartbeatResponse>(milliseconds(0));
+    call->request.set_rank(world.rank_of[w]);
+    call->request.set_generation(world.generation);
+    call->request.set_worker_id(world.worker_id_of[w]);
+    call->request.set_worker_secret(world.secret_of[w]);
+    Stub(w)->async()->Heartbeat(&call->context, &call->request, &call->response,
+                                [&, call](grpc::Status s) {
+                                  std::lock_guard<std::mutex> lock(mutex);
+                                  if (s.ok()) {
+                                    highest = std::max(
+                                        highest, call->response.generation());
+                                  } else {
+                                    failed = true;
+                                  }
+                                  delete call;
+                                  if (--left == 0) all_back.notify_all();
+                                });
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  all_back.wait(lock, [&] { return left == 0; });
+  return failed ? -1 : highest;
 }
 
 HeartbeatStats SimulatedWorld::Heartbeat(const FormedWorld& world,

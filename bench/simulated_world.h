@@ -62,6 +62,11 @@ class SimulatedWorld {
   // the run continues until a reply reports the world DEGRADED (or
   // `duration` ends): `lost_after_s` is then the time from the victim's last
   // beat to that reply, -1 if it never came.
+  // One heartbeat from every worker of `world`, all in flight at once; the
+  // highest generation the replies named (-1 if a beat failed). A re-form
+  // one rank asked for starts once every member was heard from after it.
+  int64_t BeatOnce(const FormedWorld& world);
+
   HeartbeatStats Heartbeat(const FormedWorld& world,
                            std::chrono::milliseconds duration, int victim_rank,
                            std::chrono::milliseconds stop_victim_after,
@@ -73,6 +78,9 @@ class SimulatedWorld {
   }
 
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
+  // The secret each worker was issued at its first registration, which
+  // its later ones (a new generation) must bring, as ccworker's do.
+  std::vector<std::string> secrets_;
 };
 
 }  // namespace ccl::bench
