@@ -271,25 +271,33 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
     RegisterResult result{waiter.rank, generation_, world,
                           std::move(waiter.secret)};
     AnswerRegisterLocked(id, std::move(result), waiter.nccl_ranks_per_root,
-                         waiter.timeout, std::move(waiter.done), deferred);
+                         waiter.timeout, waiter.reply_by,
+                         std::move(waiter.done), deferred);
   }
   register_waiters_.clear();
 }
 
 void CoordinatorCore::AnswerRegisterLocked(
     WaitId id, RegisterResult result, std::optional<int> nccl_ranks_per_root,
-    std::chrono::milliseconds timeout, Callback<RegisterResult> done,
-    Deferred& deferred) {
+    std::chrono::milliseconds timeout, std::optional<TimePoint> reply_by,
+    Callback<RegisterResult> done, Deferred& deferred) {
   if (nccl_ranks_per_root.has_value()) {
     const nccl::UniqueIdPlan plan =
         nccl::PlanUniqueIds(result.rank, WorldSize(), *nccl_ranks_per_root);
-    if (!plan.posts) {
+    // The rank's first heartbeat comes only after this reply: holding it
+    // longer than an interval could make a live rank look silent. Nor past
+    // half the time its caller still waits (the other half is for the reply
+    // to arrive): a reply after the caller's deadline would lose a
+    // registration that succeeded.
+    std::chrono::milliseconds hold = std::min(timeout, Timing().interval);
+    if (reply_by.has_value()) {
+      hold = std::min(hold,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          (*reply_by - std::chrono::steady_clock::now()) / 2));
+    }
+    if (!plan.posts && hold.count() > 0) {
       std::string key =
           nccl::UniqueIdReadKey(nccl::WorldPrefix(result.generation), plan);
-      // The rank's first heartbeat comes only after this reply: holding it
-      // longer than an interval could make a live rank look silent.
-      const std::chrono::milliseconds hold =
-          std::min(timeout, Timing().interval);
       const int64_t generation = result.generation;
       // Whatever ends the wait (a timeout, the generation's end, the
       // caller leaving), the registration itself stands: the worker then
@@ -443,7 +451,8 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
         RegisterResult result{rank, generation_, SharedSnapshotLocked(),
                               member->secret};
         AnswerRegisterLocked(id, std::move(result), request.nccl_ranks_per_root,
-                             timeout, std::move(done), deferred);
+                             timeout, request.reply_by, std::move(done),
+                             deferred);
       } else {
         // A lost or departed member coming back joins anew.
         roster_.SetState(rank, MemberState::kJoining);
@@ -464,6 +473,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
         waiter.done = std::move(done);
         waiter.timeout = timeout;
         waiter.nccl_ranks_per_root = request.nccl_ranks_per_root;
+        waiter.reply_by = request.reply_by;
         member->register_waits.push_back(id);
         if (roster_.complete()) {
           FormWorldLocked(deferred);

@@ -120,6 +120,11 @@ struct RegisterRequest {
   // heartbeating yet); past it, or if the generation ends, the reply comes
   // without the value and the worker reads the key itself.
   std::optional<int> nccl_ranks_per_root;
+  // When the caller stops waiting for the reply (its RPC deadline), if it
+  // does: a held reply is sent well before it, with or without the ids, so
+  // that a registration that succeeded is never lost to the caller's
+  // deadline.
+  std::optional<std::chrono::steady_clock::time_point> reply_by;
 };
 
 struct RegisterResult {
@@ -257,6 +262,7 @@ class CoordinatorCore {
     TimerQueue::TimerId timer = 0;
     std::chrono::milliseconds timeout{0};
     std::optional<int> nccl_ranks_per_root;
+    std::optional<TimePoint> reply_by;
   };
 
   explicit CoordinatorCore(CoordinatorOptions options);
@@ -299,6 +305,7 @@ class CoordinatorCore {
   void AnswerRegisterLocked(WaitId id, RegisterResult result,
                             std::optional<int> nccl_ranks_per_root,
                             std::chrono::milliseconds timeout,
+                            std::optional<TimePoint> reply_by,
                             Callback<RegisterResult> done, Deferred& deferred);
   // Ends one parked Register (deadline or cancel): withdraws the rank when
   // it was that registration's last parked call, so that a retry (or

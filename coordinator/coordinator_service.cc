@@ -161,6 +161,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
   absl::StatusOr<RegisterRequest> native = RegisterFromProto(*request, limits_);
   if (!native.ok()) return FinishNow(context, native.status());
 
+  // The caller's deadline, on the core's clock: a reply held for the NCCL
+  // ids goes out well before it.
+  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+    native->reply_by = std::chrono::steady_clock::now() +
+                       (context->deadline() - std::chrono::system_clock::now());
+  }
   auto* reactor = new ParkedReactor(core_);
   const bool include_members = request->include_members();
   core_.Register(reactor->id(), *std::move(native),

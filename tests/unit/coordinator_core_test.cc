@@ -97,7 +97,8 @@ class CoordinatorCoreTest : public ::testing::Test {
   // ids with `ranks_per_root`.
   std::unique_ptr<Result<RegisterResult>> RegisterForIds(
       const std::string& worker_id, int ranks_per_root,
-      milliseconds timeout = milliseconds(0)) {
+      milliseconds timeout = milliseconds(0),
+      std::optional<std::chrono::steady_clock::time_point> reply_by = {}) {
     auto result = std::make_unique<Result<RegisterResult>>();
     RegisterRequest request;
     request.address = "10.0.0.1:" + std::to_string(5000 + addresses_++);
@@ -106,6 +107,7 @@ class CoordinatorCoreTest : public ::testing::Test {
     request.secret = Secret(worker_id);
     request.timeout = timeout;
     request.nccl_ranks_per_root = ranks_per_root;
+    request.reply_by = reply_by;
     core_->Register(core_->NewWaitId(), std::move(request), result->callback());
     return result;
   }
@@ -836,6 +838,26 @@ TEST_F(CoordinatorCoreTest, AHeldRegistrationEndsWithoutTheIdAfterItsHold) {
   EXPECT_EQ(held->rank, 1);
   EXPECT_TRUE(held->kv.empty());
   EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
+  EXPECT_EQ(core_->Stats().kv.parked, 0);
+}
+
+TEST_F(CoordinatorCoreTest,
+       AHeldRegistrationIsAnsweredBeforeItsCallersDeadline) {
+  Make(2);
+  // The caller waits 400 ms more: the reply comes within half of that,
+  // without the id, instead of at the end of the hold (1 s here).
+  const auto start = std::chrono::steady_clock::now();
+  auto a = RegisterForIds("a", 0);
+  auto b = RegisterForIds("b", 0, milliseconds(0), start + milliseconds(400));
+  ASSERT_TRUE(a->Get().ok());
+  auto held = b->Get();
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_TRUE(held->kv.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(390));
+  // A caller already out of time is answered at once.
+  auto late = RegisterForIds("b", 0, milliseconds(0), start);
+  ASSERT_TRUE(late->Get().ok());
+  EXPECT_TRUE(late->Get()->kv.empty());
   EXPECT_EQ(core_->Stats().kv.parked, 0);
 }
 
