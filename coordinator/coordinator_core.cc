@@ -133,6 +133,7 @@ CoordinatorCore::WaitId CoordinatorCore::NewWaitId() {
 void CoordinatorCore::StartGenerationLocked(int64_t next, Deferred& deferred) {
   const int64_t previous = generation_;
   generation_ = next;
+  ids_expected_ = true;
   reform_requested_at_.reset();
   kv_.Advance(next,
               absl::AbortedError(absl::StrCat("generation ", previous,
@@ -159,6 +160,7 @@ void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
   const int64_t from = generation_;
   StartGenerationLocked(generation_ + 1, deferred);
   last_shrink_ = {generation_, from, dropped};
+  ids_expected_ = false;
   spdlog::warn(
       "generation {}: the world shrank from {} to {} ranks without rank(s) {} "
       "(--elastic shrink); survivors keep their order and are renumbered",
@@ -244,6 +246,7 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
   resume = resume && resumed > 0;
   StartGenerationLocked(resume ? resumed : highest + 1, deferred);
   if (resume) {
+    ids_expected_ = false;
     for (int rank = 0; rank < WorldSize(); ++rank) {
       for (const auto& [group, next] : roster_.Find(rank)->resume_next_seq) {
         kv_.SeedSequence(generation_, group, next);
@@ -271,7 +274,7 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
     RegisterResult result{waiter.rank, generation_, world,
                           std::move(waiter.secret)};
     AnswerRegisterLocked(id, std::move(result), waiter.nccl_ranks_per_root,
-                         waiter.timeout, waiter.reply_by,
+                         /*resumes=*/false, waiter.timeout, waiter.reply_by,
                          std::move(waiter.done), deferred);
   }
   register_waiters_.clear();
@@ -279,9 +282,10 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
 
 void CoordinatorCore::AnswerRegisterLocked(
     WaitId id, RegisterResult result, std::optional<int> nccl_ranks_per_root,
-    std::chrono::milliseconds timeout, std::optional<TimePoint> reply_by,
-    Callback<RegisterResult> done, Deferred& deferred) {
-  if (nccl_ranks_per_root.has_value()) {
+    bool resumes, std::chrono::milliseconds timeout,
+    std::optional<TimePoint> reply_by, Callback<RegisterResult> done,
+    Deferred& deferred) {
+  if (nccl_ranks_per_root.has_value() && ids_expected_ && !resumes) {
     const nccl::UniqueIdPlan plan =
         nccl::PlanUniqueIds(result.rank, WorldSize(), *nccl_ranks_per_root);
     // The rank's first heartbeat comes only after this reply: holding it
@@ -450,9 +454,10 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
                     request.worker_id, request.address);
         RegisterResult result{rank, generation_, SharedSnapshotLocked(),
                               member->secret};
-        AnswerRegisterLocked(id, std::move(result), request.nccl_ranks_per_root,
-                             timeout, request.reply_by, std::move(done),
-                             deferred);
+        AnswerRegisterLocked(
+            id, std::move(result), request.nccl_ranks_per_root,
+            /*resumes=*/request.resume_generation == generation_, timeout,
+            request.reply_by, std::move(done), deferred);
       } else {
         // A lost or departed member coming back joins anew.
         roster_.SetState(rank, MemberState::kJoining);

@@ -117,8 +117,10 @@ struct RegisterRequest {
   // one key the rank would read (UniqueIdReadKey of WorldPrefix) is set,
   // and carries its value: one call per rank instead of a Register and a
   // KvWait. The hold is bounded by the heartbeat interval (the rank is not
-  // heartbeating yet); past it, or if the generation ends, the reply comes
-  // without the value and the worker reads the key itself.
+  // heartbeating yet) and by reply_by, and skipped in a generation whose
+  // communicators are not built by a rendezvous (ids_expected_); past it,
+  // or if the generation ends, the reply comes without the value and the
+  // worker reads the key itself.
   std::optional<int> nccl_ranks_per_root;
   // When the caller stops waiting for the reply (its RPC deadline), if it
   // does: a held reply is sent well before it, with or without the ids, so
@@ -284,6 +286,12 @@ class CoordinatorCore {
     std::vector<int> excluded;
   };
   ShrinkRecord last_shrink_;
+  // Whether the current generation's world communicators are built by a
+  // rendezvous, so that its NCCL ids will be posted: not for a generation
+  // adopted because every rank resumed it (they carry on), nor for one made
+  // by a shrink (the survivors shrink theirs). Registrations are held for
+  // the ids only when they will come.
+  bool ids_expected_ = true;
   absl::StatusOr<HeartbeatResult> HeartbeatLocked(
       const HeartbeatRequest& request, Deferred& deferred);
   // Starts the re-form a rank asked for once every member has been heard
@@ -302,9 +310,10 @@ class CoordinatorCore {
   // Answers a registration of the current generation: at once, or, for a
   // rank that asked for the NCCL ids and posts none, once they are set (or
   // the hold ends), parked in the KV space under `id`.
+  // `resumes`: the worker runs this generation's communicators already.
   void AnswerRegisterLocked(WaitId id, RegisterResult result,
                             std::optional<int> nccl_ranks_per_root,
-                            std::chrono::milliseconds timeout,
+                            bool resumes, std::chrono::milliseconds timeout,
                             std::optional<TimePoint> reply_by,
                             Callback<RegisterResult> done, Deferred& deferred);
   // Ends one parked Register (deadline or cancel): withdraws the rank when

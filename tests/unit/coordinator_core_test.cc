@@ -861,6 +861,58 @@ TEST_F(CoordinatorCoreTest,
   EXPECT_EQ(core_->Stats().kv.parked, 0);
 }
 
+// Registrations that ask for the ids are held only in a generation whose
+// communicators are built by a rendezvous, so that the ids will come.
+TEST_F(CoordinatorCoreTest, NoHoldWhenTheWorldResumesOrShrinks) {
+  Make(3, /*elastic_shrink=*/true);
+  // A restarted coordinator adopts the generation every rank resumes: their
+  // communicators carry on and post no ids.
+  std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    RegisterRequest request;
+    request.address = "10.0.0.1:600" + std::to_string(i);
+    request.worker_id = "w" + std::to_string(i);
+    request.secret = Secret(request.worker_id);
+    request.requested_rank = i;
+    request.resume_generation = 7;
+    request.nccl_ranks_per_root = 0;
+    auto result = std::make_unique<Result<RegisterResult>>();
+    core_->Register(core_->NewWaitId(), std::move(request), result->callback());
+    pending.push_back(std::move(result));
+  }
+  for (auto& p : pending) {
+    auto r = p->Get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->generation, 7);
+    EXPECT_TRUE(r->kv.empty());
+  }
+  // Neither is a survivor of a shrink held: it shrinks its communicator.
+  clock_.Advance(milliseconds(6000));
+  ASSERT_TRUE(Heartbeat(0, 7, "w0").ok());
+  ASSERT_TRUE(Heartbeat(2, 7, "w2").ok());
+  clock_.Advance(milliseconds(6000));  // w1 silent for 12 s
+  core_->SweepLiveness();
+  ASSERT_EQ(core_->GetWorld().generation, 8);
+  RegisterRequest again;
+  again.address = "10.0.0.1:6002";
+  again.worker_id = "w2";
+  again.secret = Secret("w2");
+  again.requested_rank = 2;
+  again.rejoin = true;
+  again.nccl_ranks_per_root = 0;
+  Result<RegisterResult> rejoined;
+  core_->Register(core_->NewWaitId(), again, rejoined.callback());
+  auto r = rejoined.Get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->rank, 1);
+  EXPECT_EQ(r->generation, 8);
+  EXPECT_TRUE(r->kv.empty());
+  // All of it well within one hold (the heartbeat interval, 1 s).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(900));
+  EXPECT_EQ(core_->Stats().kv.parked, 0);
+}
+
 TEST_F(CoordinatorCoreTest, AReconnectIntoAFormedWorldGetsThePostedId) {
   Make(2);
   auto a = RegisterForIds("a", 0);
