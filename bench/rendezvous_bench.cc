@@ -12,6 +12,9 @@
 //     --ranks-per-root R     NCCL ranks per unique id; 0: one id (default 128)
 //     --generations G        formations per N (default 1)
 //     --cccoord PATH         the coordinator binary (default: this build's)
+//     --kv-ids               every rank reads the ids from the KV store, as
+//                            before Register could carry them (2 calls a
+//                            rank); default: ask for them with Register
 //     --logic-only           the same protocol against CoordinatorCore in
 //                            this process, no gRPC: what the coordinator's
 //                            own code costs, apart from its transport
@@ -37,8 +40,8 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/coordinator_process.h"
 #include "bench/simulated_world.h"
+#include "common/unique_id_plan.h"
 #include "coordinator/coordinator_core.h"
-#include "server/comm/nccl/unique_id_plan.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -54,13 +57,15 @@ struct Options {
   int ranks_per_root = 128;
   int generations = 1;
   bool logic_only = false;
+  bool kv_ids = false;
   std::string cccoord = ccl::bench::DefaultCoordinatorBinary();
 };
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--channels C] [--ranks-per-root R] "
-               "[--generations G] [--cccoord PATH] [N ...]\n",
+               "[--generations G] [--cccoord PATH] [--kv-ids] "
+               "[--logic-only] [N ...]\n",
                argv0);
   return 2;
 }
@@ -116,8 +121,11 @@ int FreePort() {
 }
 
 // Asks for a new generation through rank 0's heartbeat, as a worker whose
-// communicator broke does.
-bool Reform(const std::string& address, const FormedWorld& world) {
+// communicator broke does; the coordinator starts it once every member has
+// been heard from since (a rank that died would not be), so every simulated
+// worker then beats once, as live workers would within an interval.
+bool Reform(const std::string& address, SimulatedWorld& workers,
+            const FormedWorld& world) {
   auto stub = ccl::v1::Coordinator::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   for (size_t w = 0; w < world.rank_of.size(); ++w) {
@@ -132,8 +140,9 @@ bool Reform(const std::string& address, const FormedWorld& world) {
     request.set_worker_secret(world.secret_of[w]);
     request.set_reform_reason("rendezvous_bench: next generation");
     ccl::v1::HeartbeatResponse response;
-    return stub->Heartbeat(&context, request, &response).ok() &&
-           response.generation() > world.generation;
+    if (!stub->Heartbeat(&context, request, &response).ok()) return false;
+    return response.generation() > world.generation ||
+           workers.BeatOnce(world) > world.generation;
   }
   return false;
 }
@@ -211,10 +220,10 @@ int RunLogicOnly(const Options& options, int n) {
         keys.push_back(ccl::nccl::UniqueIdKey(prefix, b));
       }
       return wait(generation, std::move(keys), [&, prefix, plan, generation] {
-        finish(
-            core.KvSet(generation, ccl::nccl::UniqueIdListKey(prefix),
-                       std::string(plan.ids * ccl::nccl::kUniqueIdBytes, 'x'))
-                .ok());
+        finish(core.KvSet(generation, ccl::nccl::UniqueIdListKey(prefix),
+                          // Packed ids of 36 bytes (simulated_world.cc).
+                          std::string(plan.ids * 37, 'x'))
+                   .ok());
       });
     }
     wait(generation, {ccl::nccl::UniqueIdListKey(prefix)},
@@ -228,9 +237,12 @@ int RunLogicOnly(const Options& options, int n) {
     request.host = absl::StrCat("node", w / 8);
     request.device = {ccl::DeviceKind::kCuda, w % 8};
     request.worker_id = absl::StrCat("sim-", w);
+    if (!options.kv_ids) request.nccl_ranks_per_root = options.ranks_per_root;
     core.Register(core.NewWaitId(), std::move(request),
                   [&](absl::StatusOr<co::RegisterResult> r) {
                     if (!r.ok()) return finish(false);
+                    // The ids came with the reply: nothing left to read.
+                    if (!r->kv.empty()) return finish(true);
                     rendezvous(r->rank, r->generation);
                   });
   }
@@ -267,13 +279,15 @@ int RunSize(const Options& options, int n) {
   int failures = 0;
   FormedWorld world;
   for (int g = 1; g <= options.generations; ++g) {
-    if (g > 1 && !Reform((*coordinator)->address(), world)) {
+    if (g > 1 && !Reform((*coordinator)->address(), workers, world)) {
       std::printf("%8d  failed: the coordinator did not start a generation\n",
                   n);
       return 1;
     }
     const absl::StatusOr<ProcessSample> before = (*coordinator)->Sample();
-    world = workers.Form(n, options.ranks_per_root);
+    const double workers_cpu_before = CpuSeconds();
+    world = workers.Form(n, options.ranks_per_root, !options.kv_ids);
+    const double workers_cpu = CpuSeconds() - workers_cpu_before;
     const absl::StatusOr<ProcessSample> after = (*coordinator)->Sample();
     if (!world.error.empty() || !before.ok() || !after.ok() || !idle.ok()) {
       std::printf("%8d  failed: %s\n", n,
@@ -290,14 +304,15 @@ int RunSize(const Options& options, int n) {
     };
     std::printf(
         "%8d %4lld %5d %5d %9.3f %9.3f %9.1f %9.2f %9.1f %9.1f %8.2f %7.0f "
-        "%9.0f\n",
+        "%9.0f %7.2f\n",
         n, static_cast<long long>(world.generation), options.channels,
         world.unique_ids, world.registered_s, world.formed_s,
         world.formed_s / n * 1e6, after->cpu_s - before->cpu_s,
         static_cast<double>(after->peak_kb) / 1024.0,
         static_cast<double>(after->rss_kb) / 1024.0,
         static_cast<double>(after->rss_kb - idle->rss_kb) / n,
-        metric("ccl_coordinator_kv_keys"), metric("ccl_coordinator_kv_bytes"));
+        metric("ccl_coordinator_kv_keys"), metric("ccl_coordinator_kv_bytes"),
+        workers_cpu);
     std::fflush(stdout);
   }
   unlink(log.c_str());
@@ -325,6 +340,8 @@ int main(int argc, char** argv) {
       ok = value(options.ranks_per_root) && options.ranks_per_root >= 0;
     } else if (arg == "--generations") {
       ok = value(options.generations) && options.generations > 0;
+    } else if (arg == "--kv-ids") {
+      options.kv_ids = true;
     } else if (arg == "--logic-only") {
       options.logic_only = true;
     } else if (arg == "--cccoord") {
@@ -352,14 +369,17 @@ int main(int argc, char** argv) {
     for (int n : options.sizes) failures += RunLogicOnly(options, n);
     return failures == 0 ? 0 : 1;
   }
-  std::printf("# coordinator %s; simulated workers on %d channel(s)\n",
-              options.cccoord.c_str(), options.channels);
-  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "N",
+  std::printf("# coordinator %s; simulated workers on %d channel(s); ids %s\n",
+              options.cccoord.c_str(), options.channels,
+              options.kv_ids ? "from the KV store (--kv-ids)"
+                             : "with Register where it can carry them");
+  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s %7s\n", "N",
               "gen", "chan", "ids", "register", "formed", "per-rank",
-              "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes");
-  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s\n", "", "",
-              "", "", "(s)", "(s)", "(us)", "(s)", "(MiB)", "(MiB)", "(KiB)",
-              "", "(B)");
+              "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes",
+              "wrkCPU");
+  std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s %7s\n", "",
+              "", "", "", "(s)", "(s)", "(us)", "(s)", "(MiB)", "(MiB)",
+              "(KiB)", "", "(B)", "(s)");
   int failures = 0;
   for (int n : options.sizes) failures += RunSize(options, n);
   return failures == 0 ? 0 : 1;

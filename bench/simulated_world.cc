@@ -7,8 +7,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/unique_id_plan.h"
 #include "coordinator/heartbeat_policy.h"
-#include "server/comm/nccl/unique_id_plan.h"
 
 namespace ccl::bench {
 namespace {
@@ -24,6 +24,15 @@ constexpr milliseconds kKvWait(120000);
 constexpr milliseconds kRpcMargin(60000);
 // What ccworker posts for one id: its 128 bytes in hex.
 const std::string kIdHex(2 * nccl::kUniqueIdBytes, 'a');
+// What rank 0 posts for `ids` ids, as ncclGetUniqueId makes them: a handle
+// of 36 non-zero bytes (a 64-bit magic and an IPv6 socket address, the
+// longer case; IPv4 is 16), zeros after it (common/unique_id_plan.h).
+std::string IdList(int ids) {
+  std::string id(nccl::kUniqueIdBytes, '\0');
+  id.replace(0, 36, std::string(36, '\x7f'));
+  return nccl::PackUniqueIds(
+      std::vector<std::string>(static_cast<size_t>(ids), id));
+}
 
 // One RPC's state, alive until its callback has run.
 template <typename Request, typename Response>
@@ -101,7 +110,8 @@ SimulatedWorld::SimulatedWorld(const std::string& address, int channels) {
   }
 }
 
-FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
+FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
+                                 bool ids_with_register) {
   FormedWorld world;
   world.rank_of.assign(n, -1);
   world.worker_id_of.resize(n);
@@ -113,8 +123,10 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
 
   // The rendezvous of worker `w`, rank `rank`, as NcclCommunicator::Create
   // runs it through CoordinatorKvStore.
-  auto rendezvous = [this, n, ranks_per_root, done](int w, int rank,
-                                                    int64_t generation) {
+  const size_t list_bytes =
+      IdList(nccl::UniqueIdCount(n, ranks_per_root)).size();
+  auto rendezvous = [this, n, ranks_per_root, done, list_bytes](
+                        int w, int rank, int64_t generation) {
     v1::Coordinator::Stub* stub = Stub(w);
     const std::string prefix = "gen" + std::to_string(generation) + "/world";
     const nccl::UniqueIdPlan plan =
@@ -169,15 +181,13 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
       return wait({nccl::UniqueIdKey(prefix)}, kIdHex.size(), finished);
     }
     if (plan.posts) set(nccl::UniqueIdKey(prefix, plan.block), kIdHex, {});
-    const size_t list_bytes = plan.ids * nccl::kUniqueIdBytes;
     if (plan.gathers) {
       std::vector<std::string> keys;
       for (int b = 0; b < plan.ids; ++b) {
         keys.push_back(nccl::UniqueIdKey(prefix, b));
       }
       return wait(std::move(keys), kIdHex.size(), [=] {
-        set(nccl::UniqueIdListKey(prefix), std::string(list_bytes, 'x'),
-            finished);
+        set(nccl::UniqueIdListKey(prefix), IdList(plan.ids), finished);
       });
     }
     wait({nccl::UniqueIdListKey(prefix)}, list_bytes, finished);
@@ -196,7 +206,11 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
     request.mutable_device()->set_index(w % 8);
     world.worker_id_of[w] = "sim-" + std::to_string(w);
     request.set_worker_id(world.worker_id_of[w]);
+    if (static_cast<size_t>(w) < secrets_.size()) {
+      request.set_worker_secret(secrets_[w]);
+    }
     request.set_timeout_ms(kRegisterWait.count());
+    if (ids_with_register) request.set_nccl_ranks_per_root(ranks_per_root);
     Stub(w)->async()->Register(
         &call->context, &call->request, &call->response,
         [&, call, w](grpc::Status s) {
@@ -214,7 +228,21 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
               world.timeout_ms = r.world().heartbeat_timeout_ms();
             }
             registered->Done();
-            rendezvous(w, r.rank(), r.generation());
+            // What ccworker's CoordinatorKvStore does with the reply's kv:
+            // the key the rank would read is there, so the rendezvous is
+            // over for it.
+            const nccl::UniqueIdPlan plan =
+                nccl::PlanUniqueIds(r.rank(), n, ranks_per_root);
+            auto known = r.kv().find(
+                nccl::UniqueIdReadKey(nccl::WorldPrefix(r.generation()), plan));
+            if (known == r.kv().end()) {
+              rendezvous(w, r.rank(), r.generation());
+            } else if (known->second.size() !=
+                       (plan.ids == 1 ? kIdHex.size() : list_bytes)) {
+              done->Fail("Register: the ids it carried have the wrong size");
+            } else {
+              done->Done();
+            }
           }
           delete call;
         });
@@ -226,7 +254,40 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root) {
   world.formed_s = std::chrono::duration<double>(done_at - start).count();
   world.error = done->error();
   world.unique_ids = nccl::UniqueIdCount(n, ranks_per_root);
+  if (world.error.empty()) secrets_ = world.secret_of;
   return world;
+}
+
+int64_t SimulatedWorld::BeatOnce(const FormedWorld& world) {
+  const int n = static_cast<int>(world.rank_of.size());
+  std::mutex mutex;
+  std::condition_variable all_back;
+  int left = n;
+  int64_t highest = 0;
+  bool failed = false;
+  for (int w = 0; w < n; ++w) {
+    auto* call =
+        NewCall<v1::HeartbeatRequest, v1::HeartbeatResponse>(milliseconds(0));
+    call->request.set_rank(world.rank_of[w]);
+    call->request.set_generation(world.generation);
+    call->request.set_worker_id(world.worker_id_of[w]);
+    call->request.set_worker_secret(world.secret_of[w]);
+    Stub(w)->async()->Heartbeat(&call->context, &call->request, &call->response,
+                                [&, call](grpc::Status s) {
+                                  std::lock_guard<std::mutex> lock(mutex);
+                                  if (s.ok()) {
+                                    highest = std::max(
+                                        highest, call->response.generation());
+                                  } else {
+                                    failed = true;
+                                  }
+                                  delete call;
+                                  if (--left == 0) all_back.notify_all();
+                                });
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  all_back.wait(lock, [&] { return left == 0; });
+  return failed ? -1 : highest;
 }
 
 HeartbeatStats SimulatedWorld::Heartbeat(const FormedWorld& world,

@@ -1,10 +1,11 @@
 // Thousands of simulated workers in one process, each doing against a real
 // coordinator what a ccworker does: Register, then the NCCL unique-id
-// rendezvous through the KV store (server/nccl/unique_id_plan.h: one id, or
-// one per block of ranks and the list from rank 0), then heartbeats at the
-// interval and phase the coordinator tells it. The callback client API
-// keeps them threadless; they share a few dozen channels, as workers on a
-// few dozen hosts would share links.
+// rendezvous through the KV store (common/unique_id_plan.h: one id, or
+// one per block of ranks and the list from rank 0), which the ranks that
+// post no id skip when their Register reply brought the ids; then
+// heartbeats at the interval and phase the coordinator tells it. The callback
+// client API keeps them threadless; they share a few dozen channels, as workers
+// on a few dozen hosts would share links.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -48,8 +49,12 @@ class SimulatedWorld {
   SimulatedWorld(const std::string& address, int channels);
 
   // Registers `n` workers and runs the unique-id rendezvous of a world of
-  // size n with `ranks_per_root` (0: one id).
-  FormedWorld Form(int n, int ranks_per_root);
+  // size n with `ranks_per_root` (0: one id). With `ids_with_register`, as
+  // ccworker does for a CUDA device, each Register asks for the ids
+  // (RegisterRequest.nccl_ranks_per_root) and a rank whose reply carries
+  // them is done; without it, every rank reads them from the KV store (the
+  // protocol before the ids came with the registration).
+  FormedWorld Form(int n, int ranks_per_root, bool ids_with_register = true);
 
   // Heartbeats every worker of `world` for `duration` at the interval the
   // coordinator gave, first beats staggered as ccworker does. When
@@ -57,6 +62,11 @@ class SimulatedWorld {
   // the run continues until a reply reports the world DEGRADED (or
   // `duration` ends): `lost_after_s` is then the time from the victim's last
   // beat to that reply, -1 if it never came.
+  // One heartbeat from every worker of `world`, all in flight at once; the
+  // highest generation the replies named (-1 if a beat failed). A re-form
+  // one rank asked for starts once every member was heard from after it.
+  int64_t BeatOnce(const FormedWorld& world);
+
   HeartbeatStats Heartbeat(const FormedWorld& world,
                            std::chrono::milliseconds duration, int victim_rank,
                            std::chrono::milliseconds stop_victim_after,
@@ -68,6 +78,9 @@ class SimulatedWorld {
   }
 
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
+  // The secret each worker was issued at its first registration, which
+  // its later ones (a new generation) must bring, as ccworker's do.
+  std::vector<std::string> secrets_;
 };
 
 }  // namespace ccl::bench

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/secrets.h"
+#include "common/unique_id_plan.h"
+#include "common/world_keys.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl::coordinator {
@@ -131,12 +133,21 @@ CoordinatorCore::WaitId CoordinatorCore::NewWaitId() {
 void CoordinatorCore::StartGenerationLocked(int64_t next, Deferred& deferred) {
   const int64_t previous = generation_;
   generation_ = next;
+  ids_expected_ = true;
   reform_requested_at_.reset();
   kv_.Advance(next,
               absl::AbortedError(absl::StrCat("generation ", previous,
                                               " is over (current is ", next,
                                               "); re-register")),
               deferred);
+  // Every member's address, for the ranks' failure diagnosis: set here from
+  // the registrations rather than by each rank, which would be one more
+  // call per rank per generation.
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    if (const Member* member = roster_.Find(rank); member != nullptr) {
+      kv_.Set(next, PeerAddressKey(rank), member->address, deferred);
+    }
+  }
 }
 
 void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
@@ -149,6 +160,7 @@ void CoordinatorCore::ShrinkLocked(Deferred& deferred) {
   const int64_t from = generation_;
   StartGenerationLocked(generation_ + 1, deferred);
   last_shrink_ = {generation_, from, dropped};
+  ids_expected_ = false;
   spdlog::warn(
       "generation {}: the world shrank from {} to {} ranks without rank(s) {} "
       "(--elastic shrink); survivors keep their order and are renumbered",
@@ -234,6 +246,7 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
   resume = resume && resumed > 0;
   StartGenerationLocked(resume ? resumed : highest + 1, deferred);
   if (resume) {
+    ids_expected_ = false;
     for (int rank = 0; rank < WorldSize(); ++rank) {
       for (const auto& [group, next] : roster_.Find(rank)->resume_next_seq) {
         kv_.SeedSequence(generation_, group, next);
@@ -260,12 +273,57 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
     timers_.Cancel(waiter.timer);
     RegisterResult result{waiter.rank, generation_, world,
                           std::move(waiter.secret)};
-    deferred.push_back(
-        [done = std::move(waiter.done), result = std::move(result)]() mutable {
-          done(std::move(result));
-        });
+    AnswerRegisterLocked(id, std::move(result), waiter.nccl_ranks_per_root,
+                         /*resumes=*/false, waiter.timeout, waiter.reply_by,
+                         std::move(waiter.done), deferred);
   }
   register_waiters_.clear();
+}
+
+void CoordinatorCore::AnswerRegisterLocked(
+    WaitId id, RegisterResult result, std::optional<int> nccl_ranks_per_root,
+    bool resumes, std::chrono::milliseconds timeout,
+    std::optional<TimePoint> reply_by, Callback<RegisterResult> done,
+    Deferred& deferred) {
+  if (nccl_ranks_per_root.has_value() && ids_expected_ && !resumes) {
+    const nccl::UniqueIdPlan plan =
+        nccl::PlanUniqueIds(result.rank, WorldSize(), *nccl_ranks_per_root);
+    // The rank's first heartbeat comes only after this reply: holding it
+    // longer than an interval could make a live rank look silent. Nor past
+    // half the time its caller still waits (the other half is for the reply
+    // to arrive): a reply after the caller's deadline would lose a
+    // registration that succeeded.
+    std::chrono::milliseconds hold = std::min(timeout, Timing().interval);
+    if (reply_by.has_value()) {
+      hold = std::min(hold,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          (*reply_by - std::chrono::steady_clock::now()) / 2));
+    }
+    if (!plan.posts && hold.count() > 0) {
+      std::string key =
+          nccl::UniqueIdReadKey(nccl::WorldPrefix(result.generation), plan);
+      const int64_t generation = result.generation;
+      // Whatever ends the wait (a timeout, the generation's end, the
+      // caller leaving), the registration itself stands: the worker then
+      // reads the key as a worker that did not ask would.
+      kv_.Wait(
+          id, generation, {key}, /*with_values=*/true, hold,
+          [done = std::move(done), result = std::move(result),
+           key](absl::StatusOr<KvWaitResult> r) mutable {
+            if (r.ok() && r->values.size() == 1) {
+              result.kv.emplace_back(std::move(key),
+                                     std::move(r->values.front()));
+            }
+            done(std::move(result));
+          },
+          deferred);
+      return;
+    }
+  }
+  deferred.push_back(
+      [done = std::move(done), result = std::move(result)]() mutable {
+        done(std::move(result));
+      });
 }
 
 // ---------------------------------------------------------------------------
@@ -292,6 +350,12 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       return fail(absl::InvalidArgumentError(absl::StrCat(
           "register: next seq ", next, " of group '", group, "' is negative")));
     }
+  }
+  if (request.nccl_ranks_per_root.has_value() &&
+      *request.nccl_ranks_per_root < 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "register: NCCL ranks per root ", *request.nccl_ranks_per_root,
+        " is negative (0 means one unique id)")));
   }
   if (request.timeout.count() < 0) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -368,6 +432,11 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       if (member->address != request.address || member->host != request.host ||
           member->device != request.device) {
         roster_.Touch();
+        // A member of the running generation that came back elsewhere.
+        if (generation_ > 0 && member->state() == MemberState::kReady &&
+            member->address != request.address) {
+          kv_.Set(generation_, PeerAddressKey(rank), request.address, deferred);
+        }
       }
       member->address = request.address;
       member->host = request.host;
@@ -385,9 +454,10 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
                     request.worker_id, request.address);
         RegisterResult result{rank, generation_, SharedSnapshotLocked(),
                               member->secret};
-        deferred.push_back([&done, result = std::move(result)]() mutable {
-          done(std::move(result));
-        });
+        AnswerRegisterLocked(
+            id, std::move(result), request.nccl_ranks_per_root,
+            /*resumes=*/request.resume_generation == generation_, timeout,
+            request.reply_by, std::move(done), deferred);
       } else {
         // A lost or departed member coming back joins anew.
         roster_.SetState(rank, MemberState::kJoining);
@@ -407,6 +477,8 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
         waiter.secret = member->secret;
         waiter.done = std::move(done);
         waiter.timeout = timeout;
+        waiter.nccl_ranks_per_root = request.nccl_ranks_per_root;
+        waiter.reply_by = request.reply_by;
         member->register_waits.push_back(id);
         if (roster_.complete()) {
           FormWorldLocked(deferred);

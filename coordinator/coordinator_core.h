@@ -111,6 +111,22 @@ struct RegisterRequest {
   // to it (at least 32 characters; empty: the coordinator issues one); one
   // it knows must bring the secret it was bound to.
   std::string secret;
+  // Set by a worker whose world communicator is NCCL: the ranks per unique
+  // id it plans with (common/unique_id_plan.h; 0: one id). Unless its rank
+  // posts an id, the reply is held, once the world has formed, until the
+  // one key the rank would read (UniqueIdReadKey of WorldPrefix) is set,
+  // and carries its value: one call per rank instead of a Register and a
+  // KvWait. The hold is bounded by the heartbeat interval (the rank is not
+  // heartbeating yet) and by reply_by, and skipped in a generation whose
+  // communicators are not built by a rendezvous (ids_expected_); past it,
+  // or if the generation ends, the reply comes without the value and the
+  // worker reads the key itself.
+  std::optional<int> nccl_ranks_per_root;
+  // When the caller stops waiting for the reply (its RPC deadline), if it
+  // does: a held reply is sent well before it, with or without the ids, so
+  // that a registration that succeeded is never lost to the caller's
+  // deadline.
+  std::optional<std::chrono::steady_clock::time_point> reply_by;
 };
 
 struct RegisterResult {
@@ -124,6 +140,9 @@ struct RegisterResult {
   // worker id. It is what Heartbeat, Deregister and Register of the id
   // check; the worker id is no credential (GetWorld lists it).
   std::string secret;
+  // KV values of `generation` read for the worker (nccl_ranks_per_root):
+  // (key, value), the value shared by every reply that carries it.
+  std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> kv;
 };
 
 struct HeartbeatRequest {
@@ -244,6 +263,8 @@ class CoordinatorCore {
     Callback<RegisterResult> done;
     TimerQueue::TimerId timer = 0;
     std::chrono::milliseconds timeout{0};
+    std::optional<int> nccl_ranks_per_root;
+    std::optional<TimePoint> reply_by;
   };
 
   explicit CoordinatorCore(CoordinatorOptions options);
@@ -265,6 +286,12 @@ class CoordinatorCore {
     std::vector<int> excluded;
   };
   ShrinkRecord last_shrink_;
+  // Whether the current generation's world communicators are built by a
+  // rendezvous, so that its NCCL ids will be posted: not for a generation
+  // adopted because every rank resumed it (they carry on), nor for one made
+  // by a shrink (the survivors shrink theirs). Registrations are held for
+  // the ids only when they will come.
+  bool ids_expected_ = true;
   absl::StatusOr<HeartbeatResult> HeartbeatLocked(
       const HeartbeatRequest& request, Deferred& deferred);
   // Starts the re-form a rank asked for once every member has been heard
@@ -280,6 +307,15 @@ class CoordinatorCore {
   std::string DescribeMissingLocked() const;
   void SweepLocked(Deferred& deferred);
   void FormWorldLocked(Deferred& deferred);
+  // Answers a registration of the current generation: at once, or, for a
+  // rank that asked for the NCCL ids and posts none, once they are set (or
+  // the hold ends), parked in the KV space under `id`.
+  // `resumes`: the worker runs this generation's communicators already.
+  void AnswerRegisterLocked(WaitId id, RegisterResult result,
+                            std::optional<int> nccl_ranks_per_root,
+                            bool resumes, std::chrono::milliseconds timeout,
+                            std::optional<TimePoint> reply_by,
+                            Callback<RegisterResult> done, Deferred& deferred);
   // Ends one parked Register (deadline or cancel): withdraws the rank when
   // it was that registration's last parked call, so that a retry (or
   // another worker) can take it.

@@ -80,6 +80,9 @@ absl::StatusOr<RegisterRequest> RegisterFromProto(
   native.timeout = ClampTimeout(request.timeout_ms(), limits);
   native.resume_generation = request.resume_generation();
   native.rejoin = request.rejoin();
+  if (request.has_nccl_ranks_per_root()) {
+    native.nccl_ranks_per_root = request.nccl_ranks_per_root();
+  }
   native.resume_next_seq.insert(request.resume_next_seq().begin(),
                                 request.resume_next_seq().end());
   return native;
@@ -158,6 +161,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
   absl::StatusOr<RegisterRequest> native = RegisterFromProto(*request, limits_);
   if (!native.ok()) return FinishNow(context, native.status());
 
+  // The caller's deadline, on the core's clock: a reply held for the NCCL
+  // ids goes out well before it.
+  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+    native->reply_by = std::chrono::steady_clock::now() +
+                       (context->deadline() - std::chrono::system_clock::now());
+  }
   auto* reactor = new ParkedReactor(core_);
   const bool include_members = request->include_members();
   core_.Register(reactor->id(), *std::move(native),
@@ -167,8 +176,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Register(
                      response->set_rank(r->rank);
                      response->set_generation(r->generation);
                      response->set_worker_secret(r->secret);
+                     // CoordinatorCore sets them as each generation starts.
+                     response->set_peer_addresses_published(true);
                      *response->mutable_world() =
                          *WorldProto(r->world, include_members);
+                     for (const auto& [key, value] : r->kv) {
+                       (*response->mutable_kv())[key] = *value;
+                     }
                    }
                    reactor->Finish(ToGrpcStatus(r.status()));
                  });

@@ -127,6 +127,10 @@ absl::Status ValidateRequest(const v1::RegisterRequest& request,
         NotNegative("requested rank", request.requested_rank()));
   }
   CCL_RETURN_IF_ERROR(NotNegative("timeout_ms", request.timeout_ms()));
+  if (request.has_nccl_ranks_per_root()) {
+    CCL_RETURN_IF_ERROR(
+        NotNegative("nccl_ranks_per_root", request.nccl_ranks_per_root()));
+  }
   CCL_RETURN_IF_ERROR(
       NotNegative("resume generation", request.resume_generation()));
   if (request.resume_next_seq_size() > limits.max_resume_groups) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -29,6 +30,7 @@
 #include "common/security_flags.h"
 #include "common/types.h"
 #include "coordinator/client/coordinator_client.h"
+#include "server/comm/factory.h"
 #include "server/core/worker_core.h"
 #include "server/core/worker_metrics.h"
 #include "server/rpc/worker_service.h"
@@ -329,6 +331,11 @@ int main(int argc, char** argv) {
   }
   request.set_worker_secret(*secret);
   request.set_timeout_ms(register_timeout_ms);
+  // An NCCL worker asks for the world's unique ids with its registration:
+  // most ranks then form the world with that one call.
+  if (std::optional<int> per_root = ccl::NcclRanksPerRoot(*device)) {
+    request.set_nccl_ranks_per_root(*per_root);
+  }
 
   ccl::WorldAgentOptions agent_options;
   agent_options.registration = request;

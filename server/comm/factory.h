@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -34,5 +35,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
 
 // "nccl" or "gloo": what MakeCommunicator gives `device`.
 std::string BackendFor(const Device& device);
+
+// The ranks per NCCL unique id the world communicator of `device` will plan
+// with (common/unique_id_plan.h), so that the worker can ask the coordinator
+// to hand the ids over with its registration; nullopt when the world is not
+// NCCL's, or when $CCL_NCCL_RANKS_PER_ROOT is malformed (the communicator
+// reports that itself, and a worker that does not ask reads the ids itself).
+std::optional<int> NcclRanksPerRoot(const Device& device);
 
 }  // namespace ccl

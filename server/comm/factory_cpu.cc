@@ -24,4 +24,6 @@ std::string BackendFor(const Device& device) {
   return device.kind == DeviceKind::kCuda ? "nccl" : "gloo";
 }
 
+std::optional<int> NcclRanksPerRoot(const Device&) { return std::nullopt; }
+
 }  // namespace ccl

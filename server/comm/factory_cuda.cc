@@ -4,6 +4,7 @@
 #include "server/comm/factory.h"
 #include "server/comm/gloo/gloo_communicator.h"
 #include "server/comm/nccl/nccl_communicator.h"
+#include "server/comm/nccl/nccl_host.h"
 
 namespace ccl {
 
@@ -25,6 +26,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
 
 std::string BackendFor(const Device& device) {
   return device.kind == DeviceKind::kCuda ? "nccl" : "gloo";
+}
+
+std::optional<int> NcclRanksPerRoot(const Device& device) {
+  if (device.kind != DeviceKind::kCuda) return std::nullopt;
+  absl::StatusOr<int> ranks_per_root = nccl::RanksPerRootFromEnv();
+  if (!ranks_per_root.ok()) return std::nullopt;
+  return *ranks_per_root;
 }
 
 }  // namespace ccl

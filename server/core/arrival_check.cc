@@ -115,10 +115,6 @@ std::string Name(const std::string& group, const std::vector<int>& world_ranks,
 
 }  // namespace
 
-std::string PeerAddressKey(int world_rank) {
-  return absl::StrCat("addr/", world_rank);
-}
-
 Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
                                  std::vector<int> world_ranks) {
   if (kv == nullptr) return nullptr;

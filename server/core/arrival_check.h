@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/world_keys.h"  // PeerAddressKey
 #include "server/comm/kv_store.h"
 #include "server/core/executor.h"
 
@@ -16,17 +17,13 @@ namespace ccl {
 // debugging a hang wants named. Costs nothing until an op fails.
 //
 // It also tries a TCP connection to every peer's worker address (the
-// "addr/<world rank>" keys each worker leaves in its generation's store,
-// PeerAddressKey) and names those it cannot reach: a link that drops or
+// "addr/<world rank>" keys of its generation's store, PeerAddressKey) and
+// names those it cannot reach: a link that drops or
 // rejects packets between two workers shows as "rank 1 (10.0.0.2:4100) is
 // unreachable from here: connect timed out after 500 ms", where the backend
 // only saw a timeout or a reset. Each rank's mark carries the peers it
 // could not reach, so every rank of the group can say who cannot reach whom.
 Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
                                  std::vector<int> world_ranks);
-
-// The generation store's key for a world rank's worker address (host:port
-// of its gRPC server), which the reachability probe connects to.
-std::string PeerAddressKey(int world_rank);
 
 }  // namespace ccl

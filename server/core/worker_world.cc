@@ -2,6 +2,7 @@
 // communicator (shrunk where the backend can), re-creating the subgroups
 // after a re-form, making subgroups, and requests waiting for a generation
 // this worker has not reached. The class is in worker_core_impl.h.
+#include "common/unique_id_plan.h"
 #include "server/core/worker_core_impl.h"
 
 namespace ccl {
@@ -45,7 +46,9 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
         absl::StrCat("the world is re-forming into generation ", generation));
     for (auto& executor : previous) executor->communicator().Abort(replaced);
   }
-  const std::string prefix = absl::StrCat("gen", generation, "/", kWorldGroup);
+  // "gen<G>/" + kWorldGroup: where the coordinator looks for the NCCL ids it
+  // hands to the registrations that ask for them.
+  const std::string prefix = nccl::WorldPrefix(generation);
   CommunicatorConfig comm_config;
   comm_config.device = config_.device;
   comm_config.rank = rank;

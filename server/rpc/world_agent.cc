@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/heartbeat_policy.h"
@@ -181,13 +182,21 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   spdlog::info("ccworker: rank {} of {} in generation {}{}", rank, world_size,
                generation, first ? "" : " (re-forming; tensors kept)");
   if (!first) SetState("re-forming");
-  stores_.push_back(
-      std::make_unique<CoordinatorKvStore>(coordinator_, generation));
+  // The NCCL ids the registration brought (nccl_ranks_per_root), if any:
+  // the rendezvous then reads them from the store without a call.
+  std::map<std::string, std::string> known(registered->kv().begin(),
+                                           registered->kv().end());
+  stores_.push_back(std::make_unique<CoordinatorKvStore>(
+      coordinator_, generation, std::move(known)));
   // Where the peers' failure diagnosis can try to reach this worker (a
-  // link cut between two workers then shows by name). Best effort: a
-  // diagnosis without it just names no unreachable peer.
-  if (absl::Status s = stores_.back()->Set(PeerAddressKey(rank),
-                                           options_.registration.address());
+  // link cut between two workers then shows by name), unless the
+  // coordinator already set it. Best effort: a diagnosis without it just
+  // names no unreachable peer.
+  if (absl::Status s =
+          registered->peer_addresses_published()
+              ? absl::OkStatus()
+              : stores_.back()->Set(PeerAddressKey(rank),
+                                    options_.registration.address());
       !s.ok()) {
     spdlog::debug("ccworker: publishing the address for diagnosis: {}",
                   s.ToString());

@@ -13,8 +13,11 @@
 #include <vector>
 
 #include "ccl/v1/coordinator.grpc.pb.h"
+#include "common/unique_id_plan.h"
+#include "coordinator/client/coordinator_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/rpc/coordinator_kv_store.h"
 #include "tests/testing/subprocess.h"
 
 namespace ccl {
@@ -329,6 +332,62 @@ TEST_F(CoordinatorIntegrationTest, SigtermExitsCleanlyWhileCallsAreParked) {
   EXPECT_EQ(exit->code, 0) << exit->ToString();
   EXPECT_FALSE(parked.get().ok());
   EXPECT_THAT(p->ReadLog(), HasSubstr("cccoord listening on 127.0.0.1:"));
+}
+
+// What ccworker does on a CUDA device: Register asks for the NCCL id, and
+// the store of the generation answers the id's read from the reply.
+TEST_F(CoordinatorIntegrationTest, RegisterCarriesTheNcclIdToRanksThatReadIt) {
+  constexpr int kWorld = 4;
+  Subprocess* p = StartServing(kWorld);
+  ASSERT_NE(p, nullptr);
+  auto client =
+      CoordinatorClient::Connect(p->loopback_address(), milliseconds(10000));
+  std::vector<std::future<absl::StatusOr<v1::RegisterResponse>>> replies;
+  for (int i = 0; i < kWorld; ++i) {
+    replies.push_back(std::async(std::launch::async, [&, i] {
+      v1::RegisterRequest request;
+      request.set_address("127.0.0.1:" + std::to_string(41000 + i));
+      request.set_host("localhost");
+      request.mutable_device()->set_kind(v1::DEVICE_KIND_CUDA);
+      request.mutable_device()->set_index(i);
+      request.set_worker_id("gpu-" + std::to_string(i));
+      request.set_worker_secret(SecretOf("gpu-" + std::to_string(i)));
+      request.set_requested_rank(i);
+      request.set_nccl_ranks_per_root(0);  // one id, made by rank 0
+      return client->Register(request);
+    }));
+  }
+  absl::StatusOr<v1::RegisterResponse> first = replies[0].get();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->kv().empty());
+  // The others are held until rank 0 posts the id.
+  EXPECT_EQ(replies[1].wait_for(milliseconds(100)),
+            std::future_status::timeout);
+  const std::string key = nccl::UniqueIdKey(nccl::WorldPrefix(1));
+  ASSERT_TRUE(client->KvSet(1, key, "the-id-in-hex").ok());
+  std::vector<v1::RegisterResponse> held;
+  for (int i = 1; i < kWorld; ++i) {
+    absl::StatusOr<v1::RegisterResponse> r = replies[i].get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->rank(), i);
+    ASSERT_EQ(r->kv().count(key), 1u);
+    EXPECT_EQ(r->kv().at(key), "the-id-in-hex");
+    held.push_back(*r);
+  }
+  CoordinatorKvStore store(*client, 1,
+                           {held[0].kv().begin(), held[0].kv().end()});
+  // Served from the reply: it still answers with the coordinator gone,
+  // while a key the reply did not carry needs the coordinator.
+  ASSERT_TRUE(p->Signal(SIGTERM).ok());
+  ASSERT_TRUE(p->WaitForExit(milliseconds(5000)).ok());
+  absl::StatusOr<std::string> id = store.Get(key, milliseconds(1000));
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, "the-id-in-hex");
+  absl::StatusOr<std::vector<std::string>> ids =
+      store.GetMany({key}, milliseconds(1000));
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->front(), "the-id-in-hex");
+  EXPECT_FALSE(store.Get("other", milliseconds(100)).ok());
 }
 
 TEST_F(CoordinatorIntegrationTest, WorldSizeFromEnvironment) {

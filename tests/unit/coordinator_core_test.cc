@@ -93,6 +93,25 @@ class CoordinatorCoreTest : public ::testing::Test {
     return result;
   }
 
+  // As a ccworker on a CUDA device registers: asking for the world's NCCL
+  // ids with `ranks_per_root`.
+  std::unique_ptr<Result<RegisterResult>> RegisterForIds(
+      const std::string& worker_id, int ranks_per_root,
+      milliseconds timeout = milliseconds(0),
+      std::optional<std::chrono::steady_clock::time_point> reply_by = {}) {
+    auto result = std::make_unique<Result<RegisterResult>>();
+    RegisterRequest request;
+    request.address = "10.0.0.1:" + std::to_string(5000 + addresses_++);
+    request.host = "node";
+    request.worker_id = worker_id;
+    request.secret = Secret(worker_id);
+    request.timeout = timeout;
+    request.nccl_ranks_per_root = ranks_per_root;
+    request.reply_by = reply_by;
+    core_->Register(core_->NewWaitId(), std::move(request), result->callback());
+    return result;
+  }
+
   // Registers `n` workers "w0".."w{n-1}" in order and returns their ranks.
   std::vector<int> FormWorld(int n) {
     std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
@@ -750,6 +769,207 @@ TEST_F(CoordinatorCoreTest, UniqueIdIsPostedOnceAndHandedToWaiters) {
   core_->GetUniqueId(core_->NewWaitId(), 0, "other", milliseconds(30),
                      never.callback());
   EXPECT_EQ(never.Get().status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// The value a registration brought for `key`, or "" if none.
+std::string Carried(const RegisterResult& result, const std::string& key) {
+  for (const auto& [k, v] : result.kv) {
+    if (k == key) return *v;
+  }
+  return "";
+}
+
+TEST_F(CoordinatorCoreTest, ARegistrationAskingForTheIdIsAnsweredWithIt) {
+  Make(3);
+  auto a = RegisterForIds("a", 0);
+  auto b = RegisterForIds("b", 0);
+  auto c = Register("c");  // a Gloo worker, or one that predates the field
+  // Rank 0 makes the id, so it is answered as the world forms; so is the
+  // rank that did not ask.
+  ASSERT_TRUE(a->Get().ok());
+  EXPECT_EQ(a->Get()->rank, 0);
+  EXPECT_TRUE(a->Get()->kv.empty());
+  ASSERT_TRUE(c->Get().ok());
+  EXPECT_TRUE(c->Get()->kv.empty());
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(b->ready());
+
+  ASSERT_TRUE(core_->KvSet(1, "nccl/gen1/world/id", "the-id").ok());
+  ASSERT_TRUE(b->Get().ok()) << b->Get().status();
+  EXPECT_EQ(b->Get()->rank, 1);
+  EXPECT_EQ(b->Get()->generation, 1);
+  EXPECT_EQ(Carried(*b->Get(), "nccl/gen1/world/id"), "the-id");
+  EXPECT_EQ(core_->Stats().kv.parked, 0);
+}
+
+TEST_F(CoordinatorCoreTest, WithSeveralIdsOnlyThePostersAreAnsweredFirst) {
+  Make(4);
+  // Two ranks per id: ranks 0 and 2 post, 1 and 3 read the list rank 0
+  // posts.
+  std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
+  for (int i = 0; i < 4; ++i) {
+    pending.push_back(RegisterForIds("w" + std::to_string(i), 2));
+  }
+  ASSERT_TRUE(pending[0]->Get().ok());
+  ASSERT_TRUE(pending[2]->Get().ok());
+  EXPECT_EQ(pending[2]->Get()->rank, 2);
+  ASSERT_TRUE(core_->KvSet(1, "nccl/gen1/world/id/0", "id0").ok());
+  ASSERT_TRUE(core_->KvSet(1, "nccl/gen1/world/id/1", "id1").ok());
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_FALSE(pending[1]->ready());
+  EXPECT_FALSE(pending[3]->ready());
+  ASSERT_TRUE(core_->KvSet(1, "nccl/gen1/world/ids", "id0id1").ok());
+  for (int i : {1, 3}) {
+    ASSERT_TRUE(pending[i]->Get().ok());
+    EXPECT_EQ(Carried(*pending[i]->Get(), "nccl/gen1/world/ids"), "id0id1");
+  }
+}
+
+TEST_F(CoordinatorCoreTest, AHeldRegistrationEndsWithoutTheIdAfterItsHold) {
+  Make(2);
+  // The hold is the registration's timeout or the heartbeat interval,
+  // whichever is shorter; past it the rank is a member all the same and
+  // reads the id itself.
+  auto a = RegisterForIds("a", 0, milliseconds(200));
+  auto b = RegisterForIds("b", 0, milliseconds(200));
+  ASSERT_TRUE(a->Get().ok());
+  auto held = b->Get();
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->rank, 1);
+  EXPECT_TRUE(held->kv.empty());
+  EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
+  EXPECT_EQ(core_->Stats().kv.parked, 0);
+}
+
+TEST_F(CoordinatorCoreTest,
+       AHeldRegistrationIsAnsweredBeforeItsCallersDeadline) {
+  Make(2);
+  // The caller waits 400 ms more: the reply comes within half of that,
+  // without the id, instead of at the end of the hold (1 s here).
+  const auto start = std::chrono::steady_clock::now();
+  auto a = RegisterForIds("a", 0);
+  auto b = RegisterForIds("b", 0, milliseconds(0), start + milliseconds(400));
+  ASSERT_TRUE(a->Get().ok());
+  auto held = b->Get();
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_TRUE(held->kv.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(390));
+  // A caller already out of time is answered at once.
+  auto late = RegisterForIds("b", 0, milliseconds(0), start);
+  ASSERT_TRUE(late->Get().ok());
+  EXPECT_TRUE(late->Get()->kv.empty());
+  EXPECT_EQ(core_->Stats().kv.parked, 0);
+}
+
+// Registrations that ask for the ids are held only in a generation whose
+// communicators are built by a rendezvous, so that the ids will come.
+TEST_F(CoordinatorCoreTest, NoHoldWhenTheWorldResumesOrShrinks) {
+  Make(3, /*elastic_shrink=*/true);
+  // A restarted coordinator adopts the generation every rank resumes: their
+  // communicators carry on and post no ids.
+  std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {
+    RegisterRequest request;
+    request.address = "10.0.0.1:600" + std::to_string(i);
+    request.worker_id = "w" + std::to_string(i);
+    request.secret = Secret(request.worker_id);
+    request.requested_rank = i;
+    request.resume_generation = 7;
+    request.nccl_ranks_per_root = 0;
+    auto result = std::make_unique<Result<RegisterResult>>();
+    core_->Register(core_->NewWaitId(), std::move(request), result->callback());
+    pending.push_back(std::move(result));
+  }
+  for (auto& p : pending) {
+    auto r = p->Get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->generation, 7);
+    EXPECT_TRUE(r->kv.empty());
+  }
+  // Neither is a survivor of a shrink held: it shrinks its communicator.
+  clock_.Advance(milliseconds(6000));
+  ASSERT_TRUE(Heartbeat(0, 7, "w0").ok());
+  ASSERT_TRUE(Heartbeat(2, 7, "w2").ok());
+  clock_.Advance(milliseconds(6000));  // w1 silent for 12 s
+  core_->SweepLiveness();
+  ASSERT_EQ(core_->GetWorld().generation, 8);
+  RegisterRequest again;
+  again.address = "10.0.0.1:6002";
+  again.worker_id = "w2";
+  again.secret = Secret("w2");
+  again.requested_rank = 2;
+  again.rejoin = true;
+  again.nccl_ranks_per_root = 0;
+  Result<RegisterResult> rejoined;
+  core_->Register(core_->NewWaitId(), again, rejoined.callback());
+  auto r = rejoined.Get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->rank, 1);
+  EXPECT_EQ(r->generation, 8);
+  EXPECT_TRUE(r->kv.empty());
+  // All of it well within one hold (the heartbeat interval, 1 s).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(900));
+  EXPECT_EQ(core_->Stats().kv.parked, 0);
+}
+
+TEST_F(CoordinatorCoreTest, AReconnectIntoAFormedWorldGetsThePostedId) {
+  Make(2);
+  auto a = RegisterForIds("a", 0);
+  auto b = RegisterForIds("b", 0);
+  ASSERT_TRUE(a->Get().ok());
+  ASSERT_TRUE(core_->KvSet(1, "nccl/gen1/world/id", "the-id").ok());
+  ASSERT_TRUE(b->Get().ok());
+  auto again = RegisterForIds("b", 0);
+  ASSERT_TRUE(again->Get().ok());
+  EXPECT_EQ(Carried(*again->Get(), "nccl/gen1/world/id"), "the-id");
+}
+
+TEST_F(CoordinatorCoreTest, ANewGenerationReleasesAHeldRegistration) {
+  Make(2);
+  auto a = RegisterForIds("a", 0);
+  auto b = RegisterForIds("b", 0);
+  ASSERT_TRUE(a->Get().ok());
+  EXPECT_FALSE(b->ready());
+  // Rank 0 failed before posting and asks for a new generation: the held
+  // rank is answered (without the id) rather than left waiting for a key
+  // of a generation that is over.
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(core_->Heartbeat(Beat(0, 1, "a", 0, 0, "broken")).ok());
+  EXPECT_EQ(core_->GetWorld().generation, 2);
+  auto held = b->Get();
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_TRUE(held->kv.empty());
+  // Released by the new generation, not by the end of its hold (the
+  // heartbeat interval, 1 s here).
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500));
+}
+
+TEST_F(CoordinatorCoreTest, EachGenerationStartsWithTheMembersAddresses) {
+  Make(2);
+  std::vector<int> ranks = FormWorld(2);
+  ASSERT_EQ(ranks, (std::vector<int>{0, 1}));
+  // What the ranks' failure diagnosis reads, set without a call of theirs.
+  auto address = [&](int64_t generation, int rank) {
+    auto r = core_->KvGet(generation, "addr/" + std::to_string(rank));
+    return r.ok() ? r->second : r.status().ToString();
+  };
+  EXPECT_EQ(address(1, 0), "10.0.0.1:5000");
+  EXPECT_EQ(address(1, 1), "10.0.0.1:5001");
+  // A member that comes back at another address is found there.
+  auto moved = Register("w1");
+  ASSERT_TRUE(moved->Get().ok());
+  EXPECT_EQ(address(1, 1), "10.0.0.1:5002");
+  // The next generation starts with them too.
+  ASSERT_TRUE(core_->Heartbeat(Beat(0, 1, "w0", 0, 0, "broken")).ok());
+  EXPECT_EQ(address(2, 0), "10.0.0.1:5000");
+  EXPECT_EQ(address(2, 1), "10.0.0.1:5002");
+}
+
+TEST_F(CoordinatorCoreTest, ANegativeRanksPerRootIsInvalid) {
+  Make(2);
+  auto bad = RegisterForIds("a", -1);
+  EXPECT_EQ(bad->Get().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CoordinatorCoreTest, ShutdownFailsParkedCallsAndRefusesNewOnes) {

@@ -350,7 +350,8 @@ TEST_F(CoordinatorScaleTest, DeadGenerationsAreCollected) {
   ASSERT_TRUE(core_->KvSet(0, "gloo/0", std::string(100, 'a')).ok());
   ASSERT_TRUE(core_->ReserveSequence(0, "world", 10).ok());
   ASSERT_TRUE(core_->PostUniqueId(0, "world", "id1").ok());
-  EXPECT_EQ(core_->Stats().kv.keys, 3);
+  // And the two members' addresses, set as the generation started.
+  EXPECT_EQ(core_->Stats().kv.keys, 3 + 2);
 
   // Generation 2: generation 1 is kept (calls in flight when it ended may
   // still read it), generation 0 had nothing.
@@ -372,10 +373,23 @@ TEST_F(CoordinatorScaleTest, DeadGenerationsAreCollected) {
   EXPECT_EQ(core_->ReserveSequence(1, "world", 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(core_->KvGet(2, "gloo/0")->second, "b");
+  // What is left: generation 2's key, and the members' addresses of
+  // generations 2 and 3.
+  int64_t address_bytes = 0;
+  for (int64_t generation : {2, 3}) {
+    for (int rank : {0, 1}) {
+      const std::string key = "addr/" + std::to_string(rank);
+      auto address = core_->KvGet(generation, key);
+      ASSERT_TRUE(address.ok()) << address.status();
+      address_bytes +=
+          static_cast<int64_t>(key.size() + address->second.size());
+    }
+  }
   const KvStats stats = core_->Stats().kv;
-  EXPECT_EQ(stats.generations, 1);  // Generation 3 holds nothing yet.
-  EXPECT_EQ(stats.keys, 1);
-  EXPECT_EQ(stats.bytes, static_cast<int64_t>(std::string("gloo/0b").size()));
+  EXPECT_EQ(stats.generations, 2);
+  EXPECT_EQ(stats.keys, 1 + 4);
+  EXPECT_EQ(stats.bytes, static_cast<int64_t>(std::string("gloo/0b").size()) +
+                             address_bytes);
 }
 
 TEST_F(CoordinatorScaleTest, WaitsOfAnEndedGenerationFailAtOnce) {

@@ -1,10 +1,11 @@
 // The NCCL unique-id plan (which ranks make ids, which keys carry them),
 // checked without CUDA: it is plain arithmetic, and the rendezvous benchmark
 // plays it for worlds far larger than any test machine's GPUs.
+#include <string>
 #include <vector>
 
+#include "common/unique_id_plan.h"
 #include "gtest/gtest.h"
-#include "server/comm/nccl/unique_id_plan.h"
 
 namespace ccl::nccl {
 namespace {
@@ -72,6 +73,39 @@ TEST(UniqueIdPlanTest, KeyNames) {
   EXPECT_EQ(UniqueIdKey("gen3/world"), "nccl/gen3/world/id");
   EXPECT_EQ(UniqueIdKey("gen3/world", 7), "nccl/gen3/world/id/7");
   EXPECT_EQ(UniqueIdListKey("gen3/world"), "nccl/gen3/world/ids");
+}
+
+TEST(UniqueIdPlanTest, PackedListsDropTrailingZerosAndRoundTrip) {
+  // As ncclGetUniqueId leaves them: a handle up front, zeros after it.
+  std::string ipv4(kUniqueIdBytes, '\0');
+  // magic, AF_INET, port, 10.0.0.1 (then sin_zero)
+  ipv4.replace(0, 16, std::string("magic-0\x01\x02\0\x10\x05\x0a\0\0\x01", 16));
+  std::string ipv6(kUniqueIdBytes, '\0');
+  ipv6.replace(0, 36, std::string(36, '\x7f'));
+  const std::string full(kUniqueIdBytes, '\xff');
+  const std::string zero(kUniqueIdBytes, '\0');
+  // Zeros inside an id are kept; only the trailing ones go.
+  std::string inner(kUniqueIdBytes, '\0');
+  inner[3] = 'a';
+  inner[9] = 'b';
+  const std::vector<std::string> ids = {ipv4, ipv6, full, zero, inner};
+  const std::string packed = PackUniqueIds(ids);
+  EXPECT_EQ(packed.size(), (1 + 16) + (1 + 36) + (1 + 128) + 1 + (1 + 10));
+  absl::StatusOr<std::vector<std::string>> back = UnpackUniqueIds(packed, 5);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, ids);
+
+  // 128 IPv6 ids, the most a world has: 4.7 KiB instead of 16 KiB.
+  EXPECT_EQ(PackUniqueIds(std::vector<std::string>(128, ipv6)).size(),
+            128u * 37);
+
+  // A count or a size that does not match is refused, never guessed.
+  EXPECT_FALSE(UnpackUniqueIds(packed, 4).ok());
+  EXPECT_FALSE(UnpackUniqueIds(packed, 6).ok());
+  EXPECT_FALSE(UnpackUniqueIds(packed.substr(0, packed.size() - 1), 5).ok());
+  EXPECT_FALSE(UnpackUniqueIds(packed + "x", 5).ok());
+  EXPECT_FALSE(UnpackUniqueIds(std::string(1, '\x81') + full + "x", 1).ok());
+  EXPECT_FALSE(UnpackUniqueIds("", 0).ok());
 }
 
 TEST(UniqueIdPlanTest, RanksPerRootParsing) {

@@ -132,26 +132,21 @@ absl::StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& text) {
 }
 
 std::string EncodeUniqueIdList(const std::vector<ncclUniqueId>& ids) {
-  std::string out;
-  out.reserve(ids.size() * sizeof(ncclUniqueId));
+  std::vector<std::string> raw;
+  raw.reserve(ids.size());
   for (const ncclUniqueId& id : ids) {
-    out.append(id.internal, sizeof(id.internal));
+    raw.emplace_back(id.internal, sizeof(id.internal));
   }
-  return out;
+  return PackUniqueIds(raw);
 }
 
 absl::StatusOr<std::vector<ncclUniqueId>> DecodeUniqueIdList(
     const std::string& bytes, int count) {
-  if (count < 1 ||
-      bytes.size() != static_cast<size_t>(count) * sizeof(ncclUniqueId)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the list of ", count, " NCCL unique ids has ", bytes.size(),
-        " bytes, want ", static_cast<size_t>(count) * sizeof(ncclUniqueId)));
-  }
-  std::vector<ncclUniqueId> ids(static_cast<size_t>(count));
-  for (int i = 0; i < count; ++i) {
-    std::memcpy(ids[i].internal, bytes.data() + i * sizeof(ncclUniqueId),
-                sizeof(ncclUniqueId));
+  absl::StatusOr<std::vector<std::string>> raw = UnpackUniqueIds(bytes, count);
+  if (!raw.ok()) return raw.status();
+  std::vector<ncclUniqueId> ids(raw->size());
+  for (size_t i = 0; i < raw->size(); ++i) {
+    std::memcpy(ids[i].internal, (*raw)[i].data(), sizeof(ncclUniqueId));
   }
   return ids;
 }

@@ -15,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/types.h"
+#include "common/unique_id_plan.h"
 #include "server/comm/kv_store.h"
-#include "server/comm/nccl/unique_id_plan.h"
 #include "server/cuda/cuda_status.h"
 
 namespace ccl::nccl {
@@ -38,8 +38,9 @@ absl::Status NcclErrorStatus(ncclResult_t result, const char* expr,
 // unique_id_plan.h.
 std::string EncodeUniqueId(const ncclUniqueId& id);
 absl::StatusOr<ncclUniqueId> DecodeUniqueId(const std::string& text);
-// The value of UniqueIdListKey: the ids' raw bytes in order. Raw, not hex:
-// every rank of a large world reads it, so its size is paid world-wide.
+// The value of UniqueIdListKey: the ids in order, packed (PackUniqueIds),
+// not hex: every rank of a large world reads it, so its size is paid
+// world-wide.
 std::string EncodeUniqueIdList(const std::vector<ncclUniqueId>& ids);
 absl::StatusOr<std::vector<ncclUniqueId>> DecodeUniqueIdList(
     const std::string& bytes, int count);
