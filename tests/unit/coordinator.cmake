@@ -1,5 +1,6 @@
 add_executable(coordinator_core_test
-  ${CMAKE_CURRENT_LIST_DIR}/coordinator_core_test.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/coordinator_core_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/coordinator_kv_test.cc)
 target_link_libraries(coordinator_core_test PRIVATE ccl_coordinator_core
   GTest::gtest_main)
 ccl_target_defaults(coordinator_core_test)
