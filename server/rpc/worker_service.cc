@@ -615,7 +615,10 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   std::vector<int> ranks(request->ranks().begin(), request->ranks().end());
   // The split waits for every rank of the world; bound it by most of the
   // RPC's deadline when the caller set one, so the worker's clear error
-  // arrives before the RPC gives up.
+  // arrives before the RPC gives up. Time spent waiting for the generation
+  // or queued behind earlier world seqs counts against it too: Attach
+  // gives the task its call's deadline, which the split may not outlast,
+  // and withdraws it if it is still queued then.
   std::chrono::milliseconds timeout(0);
   const auto deadline = context->deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {
