@@ -79,6 +79,7 @@ absl::StatusOr<RegisterRequest> RegisterFromProto(
   native.secret = request.worker_secret();
   native.timeout = ClampTimeout(request.timeout_ms(), limits);
   native.resume_generation = request.resume_generation();
+  native.known_generation = request.known_generation();
   native.rejoin = request.rejoin();
   native.resume_next_seq.insert(request.resume_next_seq().begin(),
                                 request.resume_next_seq().end());
