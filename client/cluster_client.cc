@@ -357,6 +357,7 @@ RankResults<WorkStatus> ClusterClient::Wait(const std::vector<WorkRef>& works,
   for (const WorkRef& work : works) {
     v1::WaitRequest request;
     request.set_work_id(work.work_id);
+    request.set_worker_id(work.worker_id);
     request.set_timeout_ms(timeout.count());
     requests.push_back(std::move(request));
   }
@@ -377,6 +378,7 @@ RankResults<WorkStatus> ClusterClient::Test(const std::vector<WorkRef>& works) {
   for (const WorkRef& work : works) {
     v1::TestRequest request;
     request.set_work_id(work.work_id);
+    request.set_worker_id(work.worker_id);
     requests.push_back(std::move(request));
   }
   const auto deadline = impl_->Deadline();

@@ -173,6 +173,8 @@ struct OpResult {
   std::string group;
   int64_t seq = 0;
   int64_t work_id = 0;
+  // The worker process that issued work_id (ids count from 1 in each).
+  std::string worker_id;
   WorkState state = WorkState::kUnknown;
   OpTiming timing;
 };
@@ -191,6 +193,9 @@ struct WorkStatus {
 struct WorkRef {
   int rank = 0;
   int64_t work_id = 0;
+  // OpResult::worker_id: a restarted worker then answers NOT_FOUND rather
+  // than take the id for a work of its own. Empty: not checked.
+  std::string worker_id;
 };
 
 // ---------------------------------------------------------------------------

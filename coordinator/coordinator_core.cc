@@ -233,13 +233,17 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
   // running: if every rank resumes the same generation, adopt it, with the
   // groups' sequence counters where the workers stopped, so running
   // communicators are not disturbed. Anything else is a new generation above
-  // every one seen, so no worker mistakes it for the one it runs.
+  // every one seen, so no worker mistakes it for the one it runs: above
+  // those the workers merely knew of too (chaos seed 1894393862: the
+  // coordinator died while the world re-formed into generation 13, no
+  // worker had a communicator left to resume, and the new one started again
+  // at 1, where requests stamped 13 took seqs of the new numbering).
   int64_t resumed = 0;
   bool resume = generation_ == 0;
   int64_t highest = generation_;
   for (int rank = 0; rank < WorldSize(); ++rank) {
     const int64_t g = roster_.Find(rank)->resume_generation;
-    highest = std::max(highest, g);
+    highest = std::max({highest, g, roster_.Find(rank)->known_generation});
     if (g <= 0 || (resumed != 0 && g != resumed)) resume = false;
     resumed = g;
   }
@@ -263,6 +267,7 @@ void CoordinatorCore::FormWorldLocked(Deferred& deferred) {
     member.last_seen = now;
     member.resume_generation = 0;
     member.resume_next_seq.clear();
+    member.known_generation = 0;
     member.register_waits.clear();
   }
   std::shared_ptr<const WorldInfo> world = SharedSnapshotLocked();
@@ -343,6 +348,11 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
   if (request.resume_generation < 0) {
     return fail(absl::InvalidArgumentError(
         absl::StrCat("register: resume generation ", request.resume_generation,
+                     " is negative")));
+  }
+  if (request.known_generation < 0) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("register: known generation ", request.known_generation,
                      " is negative")));
   }
   for (const auto& [group, next] : request.resume_next_seq) {
@@ -443,6 +453,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       member->device = request.device;
       member->last_seen = Now();
       member->resume_generation = request.resume_generation;
+      member->known_generation = request.known_generation;
       member->resume_next_seq = std::move(request.resume_next_seq);
       if (member->state() == MemberState::kReady) {
         // A reconnect into a formed world (every member does it when the

@@ -107,6 +107,9 @@ struct RegisterRequest {
   int64_t resume_generation = 0;
   // Next sequence number per group on that worker.
   std::map<std::string, int64_t> resume_next_seq;
+  // The newest generation the worker joined or was told to form, resumable
+  // or not; a new generation starts above it. See FormWorldLocked.
+  int64_t known_generation = 0;
   // The worker's secret. A worker id the coordinator does not know is bound
   // to it (at least 32 characters; empty: the coordinator issues one); one
   // it knows must bring the secret it was bound to.

@@ -79,6 +79,7 @@ absl::StatusOr<RegisterRequest> RegisterFromProto(
   native.secret = request.worker_secret();
   native.timeout = ClampTimeout(request.timeout_ms(), limits);
   native.resume_generation = request.resume_generation();
+  native.known_generation = request.known_generation();
   native.rejoin = request.rejoin();
   if (request.has_nccl_ranks_per_root()) {
     native.nccl_ranks_per_root = request.nccl_ranks_per_root();

@@ -133,6 +133,8 @@ absl::Status ValidateRequest(const v1::RegisterRequest& request,
   }
   CCL_RETURN_IF_ERROR(
       NotNegative("resume generation", request.resume_generation()));
+  CCL_RETURN_IF_ERROR(
+      NotNegative("known generation", request.known_generation()));
   if (request.resume_next_seq_size() > limits.max_resume_groups) {
     return absl::InvalidArgumentError(
         absl::StrCat("register resumes ", request.resume_next_seq_size(),

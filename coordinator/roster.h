@@ -49,6 +49,7 @@ class Roster {
     int64_t tensor_bytes = 0;
     int64_t resume_generation = 0;
     std::map<std::string, int64_t> resume_next_seq;
+    int64_t known_generation = 0;
     // Parked Register calls of this registration (a worker that reconnects
     // while joining has more than one).
     std::vector<WaitId> register_waits;

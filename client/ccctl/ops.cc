@@ -234,7 +234,9 @@ int RunCollective(Globals& globals, const OpCommand& command,
     // The temporaries must outlive the op: wait before freeing them.
     std::vector<WorkRef> works;
     for (const auto& r : results) {
-      if (r.result.ok()) works.push_back({r.rank, r.result->work_id});
+      if (r.result.ok()) {
+        works.push_back({r.rank, r.result->work_id, r.result->worker_id});
+      }
     }
     for (const auto& waited :
          (*client)->Wait(works, (*client)->options().timeout)) {

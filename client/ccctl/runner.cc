@@ -63,7 +63,9 @@ int Runner::Run() {
 
 std::vector<WorkRef> Runner::WorkRefs(const std::vector<PendingWork>& works) {
   std::vector<WorkRef> refs;
-  for (const PendingWork& w : works) refs.push_back({w.rank, w.id});
+  for (const PendingWork& w : works) {
+    refs.push_back({w.rank, w.id, w.worker_id});
+  }
   return refs;
 }
 
@@ -214,7 +216,8 @@ void Runner::RecordOp(const Step& step, const std::string& id,
     nlohmann::json entry = {{"rank", r.rank}, {"seq", r.result->seq}};
     if (step.async) {
       entry["work_id"] = r.result->work_id;
-      pending_.push_back({r.rank, r.result->work_id, step.as, id});
+      pending_.push_back(
+          {r.rank, r.result->work_id, step.as, id, r.result->worker_id});
     } else {
       entry["device_us"] = r.result->timing.device_us;
       outcome.device_us =

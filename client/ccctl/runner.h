@@ -54,6 +54,7 @@ class Runner {
     int64_t id;
     std::string name;  // `as`, or "" for anonymous
     std::string step;
+    std::string worker_id;  // who issued `id` (OpResult::worker_id)
   };
 
   // A step of a run of sync ops expanded for plans: an op, or where a

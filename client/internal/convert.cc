@@ -198,6 +198,7 @@ OpResult ToNative(const v1::OpResponse& response) {
   out.group = response.group();
   out.seq = response.seq();
   out.work_id = response.work_id();
+  out.worker_id = response.worker_id();
   out.state = ToNative(response.state());
   out.timing = ToNative(response.timing());
   return out;

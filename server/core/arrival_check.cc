@@ -25,6 +25,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kWindow = std::chrono::seconds(1);
 constexpr auto kProbe = std::chrono::milliseconds(500);
 constexpr size_t kMaxChecked = 64;
+static_assert(kProbe + kWindow <= kArrivalCheckTime,
+              "kArrivalCheckTime is what callers leave the diagnosis");
 
 // One non-blocking connect per address, all waited for together until
 // `kProbe` has passed. Returns, per index, "" when it connected, else why

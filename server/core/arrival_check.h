@@ -1,6 +1,7 @@
 // The arrival diagnosis of a failed op: which ranks never reached it.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ namespace ccl {
 // unreachable from here: connect timed out after 500 ms", where the backend
 // only saw a timeout or a reset. Each rank's mark carries the peers it
 // could not reach, so every rank of the group can say who cannot reach whom.
+//
+// It takes at most kArrivalCheckTime besides its KV round trips (the probe,
+// then the window for the others' marks): work that must be answered by a
+// deadline stops that much before it to leave the diagnosis its time.
+inline constexpr std::chrono::milliseconds kArrivalCheckTime{1500};
 Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
                                  std::vector<int> world_ranks);
 

@@ -87,6 +87,9 @@ class WorkerCore {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual int64_t generation() const = 0;
+  // The newest generation this worker joined or began to form (FormWorld),
+  // whether or not that succeeded.
+  virtual int64_t known_generation() const = 0;
   virtual std::string backend() const = 0;
   virtual const WorkerConfig& config() const = 0;
 

@@ -81,6 +81,10 @@ class WorkerCoreImpl final : public WorkerCore {
     std::lock_guard<std::mutex> lock(mutex_);
     return generation_;
   }
+  int64_t known_generation() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::max(generation_, forming_generation_);
+  }
   std::string backend() const override { return BackendFor(config_.device); }
   const WorkerConfig& config() const override { return config_; }
 

@@ -194,9 +194,10 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
 
   // The world communicator's ranks are world ranks, so the group's world
   // ranks are its members as the parent numbers them.
-  auto make = [ranks, name, timeout](Communicator& parent)
+  auto make = [ranks, name](Communicator& parent,
+                            std::chrono::milliseconds budget)
       -> absl::StatusOr<std::shared_ptr<Communicator>> {
-    auto child = parent.Split(ranks, name, timeout);
+    auto child = parent.Split(ranks, name, budget);
     if (!child.ok()) return child.status();
     return std::shared_ptr<Communicator>(*std::move(child));
   };
@@ -224,7 +225,8 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
   };
   const int64_t id = next_work_id_.fetch_add(1);
   auto task = std::make_shared<GroupTask>(id, name, world_seq, timeout,
-                                          std::move(make), std::move(done));
+                                          kArrivalCheckTime, std::move(make),
+                                          std::move(done));
   if (absl::Status s = world->Enqueue(task); !s.ok()) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (generation_ == generation) groups_.erase(name);

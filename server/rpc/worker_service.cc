@@ -424,6 +424,7 @@ grpc::ServerUnaryReactor* WorkerService::Submit(
                  Work* raw = work->get();
                  if (spec.async) {
                    response->set_work_id(raw->id());
+                   response->set_worker_id(identity_.worker_id);
                    response->set_state(StateToProto(raw->state()));
                    return reactor->Fail(absl::OkStatus());
                  }
@@ -543,11 +544,31 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
   return reactor;
 }
 
+// Work ids count from 1 in each worker process, so the id of a work that a
+// killed worker held is, on its restarted successor, some other work's:
+// waiting for it there reported that work's outcome as the old one's and
+// then forgot it, so its own caller found NOT_FOUND (chaos seed 663522075).
+absl::Status WorkerService::IssuedHere(int64_t work_id,
+                                       const std::string& worker_id) const {
+  if (worker_id.empty() || worker_id == identity_.worker_id) {
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no async work with id ", work_id, " on rank ", core_.rank(),
+                   ": it was issued by worker '", worker_id,
+                   "', which this rank's worker replaced ('",
+                   identity_.worker_id, "'); the work ended with that worker"));
+}
+
 grpc::ServerUnaryReactor* WorkerService::Wait(
     grpc::CallbackServerContext* context, const v1::WaitRequest* request,
     v1::WorkStatus* response) {
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
     return Finish(context, valid);
+  }
+  if (absl::Status mine = IssuedHere(request->work_id(), request->worker_id());
+      !mine.ok()) {
+    return Finish(context, mine);
   }
   std::shared_ptr<Work> work = core_.FindWork(request->work_id());
   if (!work) {
@@ -595,6 +616,10 @@ grpc::ServerUnaryReactor* WorkerService::Test(
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
     return Finish(context, valid);
   }
+  if (absl::Status mine = IssuedHere(request->work_id(), request->worker_id());
+      !mine.ok()) {
+    return Finish(context, mine);
+  }
   std::shared_ptr<Work> work = core_.FindWork(request->work_id());
   if (!work) {
     return Finish(context, absl::NotFoundError(absl::StrCat(
@@ -615,7 +640,10 @@ grpc::ServerUnaryReactor* WorkerService::CreateGroup(
   std::vector<int> ranks(request->ranks().begin(), request->ranks().end());
   // The split waits for every rank of the world; bound it by most of the
   // RPC's deadline when the caller set one, so the worker's clear error
-  // arrives before the RPC gives up.
+  // arrives before the RPC gives up. Time spent waiting for the generation
+  // or queued behind earlier world seqs counts against it too: Attach
+  // gives the task its call's deadline, which the split may not outlast,
+  // and withdraws it if it is still queued then.
   std::chrono::milliseconds timeout(0);
   const auto deadline = context->deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {

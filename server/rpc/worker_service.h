@@ -92,6 +92,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   // Runs `start` now, or once this worker reaches `generation`. If it does
   // not, the request is refused and takes its `count` seqs from `seq` of
   // `group` as any refused request does (WorkerCore::Refuse).
+  // OK when `worker_id` (a client's record of who issued `work_id`) is
+  // empty or this worker; NOT_FOUND saying so otherwise.
+  absl::Status IssuedHere(int64_t work_id, const std::string& worker_id) const;
   void InGeneration(int64_t generation, int64_t timeout_ms,
                     const std::string& group, int64_t seq, int64_t count,
                     CallReactor* reactor, std::function<void()> start);

@@ -117,6 +117,11 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
     request.set_requested_rank(core_.rank());
     request.set_rejoin(true);
     request.set_timeout_ms(kRejoinAttempt.count());
+    // Every generation this worker knows of, formed here or not, so that a
+    // restarted coordinator starts above them (RegisterRequest).
+    request.set_known_generation(
+        std::max({core_.known_generation(), registered_generation_.load(),
+                  heard_generation_.load()}));
     if (core_.CommunicatorHealth().ok()) {
       // Offered in case the coordinator restarted; ignored otherwise.
       request.set_resume_generation(core_.generation());
@@ -250,6 +255,7 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
   absl::StatusOr<v1::HeartbeatResponse> reply = coordinator_.Heartbeat(beat);
   if (reply.ok()) {
     if (options_.on_heartbeat) options_.on_heartbeat();
+    heard_generation_ = std::max(heard_generation_.load(), reply->generation());
     return reply->generation() == beat.generation() ? Beat::kOk : Beat::kRejoin;
   }
   switch (reply.status().code()) {

@@ -88,6 +88,9 @@ class WorldAgent {
   // so that a world still being built is not mistaken for a stale one.
   std::atomic<int> registered_rank_{-1};
   std::atomic<int64_t> registered_generation_{0};
+  // The coordinator's generation in its last heartbeat reply: newer than
+  // the registered one while the world moves on without this worker yet.
+  std::atomic<int64_t> heard_generation_{0};
   // A generation whose communicators could not be built here; heartbeats
   // ask the coordinator for the next one (failed_reason_ under mutex_).
   std::atomic<int64_t> failed_generation_{-1};

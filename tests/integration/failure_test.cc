@@ -419,5 +419,68 @@ TEST_F(ElasticShrinkTest, AKilledRankIsDroppedAndTheWorldGoesOn) {
                   formed, kCuda ? "shrunk from the last one" : "built")));
 }
 
+// A work id names a work only on the worker process that issued it: ids
+// count from 1 in each, so a restarted worker hands out its predecessor's
+// ids again. Chaos seed 663522075: a client waited on rank 1 for an id the
+// killed worker had issued, got the successor's work of that id, was told
+// its own op succeeded there (it never ran), and the successor forgot the
+// work, so the client that did submit it got NOT_FOUND.
+TEST_F(FailureTest, AWorkIdOfAKilledWorkerIsNotFoundOnItsSuccessor) {
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation;
+  auto submit = [](ClusterClient& c, client::WorkRef* rank1) {
+    std::vector<client::WorkRef> refs;
+    for (const auto& r : c.Collective(AllReduce("a", true))) {
+      EXPECT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+      if (!r.result.ok()) continue;
+      refs.push_back({r.rank, r.result->work_id, r.result->worker_id});
+      if (r.rank == 1) *rank1 = refs.back();
+    }
+    return refs;
+  };
+  auto wait = [](ClusterClient& c, const std::vector<client::WorkRef>& refs) {
+    for (const auto& r : c.Wait(refs, seconds(10))) {
+      EXPECT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+  };
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(
+        AllocOnDevice(*client, r, "a", 16, FillKind::kRankPlusOne).ok());
+  }
+  client::WorkRef old;
+  wait(*client, submit(*client, &old));
+  ASSERT_GT(old.work_id, 0);
+
+  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
+  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
+  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto next = Client(seconds(20));
+  ASSERT_NE(next, nullptr);
+  ASSERT_TRUE(AllocOnDevice(*next, 1, "a", 16, FillKind::kRankPlusOne).ok());
+  // Async ops until the successor hands out the old id again.
+  client::WorkRef fresh;
+  std::vector<client::WorkRef> last;
+  for (int i = 0; i <= old.work_id && fresh.work_id != old.work_id; ++i) {
+    if (!last.empty()) wait(*next, last);
+    last = submit(*next, &fresh);
+  }
+  ASSERT_EQ(fresh.work_id, old.work_id);
+  EXPECT_NE(fresh.worker_id, old.worker_id);
+
+  const auto stale = next->Wait({old}, seconds(5));
+  ASSERT_EQ(stale.size(), 1u);
+  EXPECT_EQ(stale[0].result.status().code(), absl::StatusCode::kNotFound)
+      << "the successor answered for a work it never had: "
+      << stale[0].result.status();
+  EXPECT_THAT(stale[0].result.status().message(), HasSubstr("replaced"));
+  // The successor's own work of that id is still there to wait for.
+  wait(*next, last);
+}
+
 }  // namespace
 }  // namespace ccl::failure_testing

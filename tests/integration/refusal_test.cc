@@ -227,5 +227,97 @@ TEST_F(RefusalTest, ABenchStopsOnEveryRankAtItsCallsDeadline) {
   EXPECT_EQ(Client()->world().generation, generation_);
 }
 
+// A new_group whose world seq waits behind another (chaos seed 353322721:
+// seq 175 held by a SIGSTOPped rank for 2 s) is answered by every rank
+// before its call's deadline, with the rank's own reason, not gRPC's bare
+// "Deadline Exceeded": still queued at the deadline, it is withdrawn; let
+// through late, its split may not spend a whole timeout of its own waiting
+// for a member that never comes (here rank 0, which a dead client never
+// told). Before the fix the split took its timeout afresh when it started.
+TEST_F(RefusalTest, ASplitQueuedBehindAnotherSeqIsAnsweredBeforeItsDeadline) {
+  testing::ClientWire wire(*client_);
+  const int64_t generation = generation_;
+  const std::vector<int>& everyone = everyone_;
+  // Ranks 1 and 2 get the split; rank 0 (a member) never does.
+  const std::vector<int> told = {1, 2};
+  constexpr auto kCall = milliseconds(4000);
+  // Sends the split to `told` at once; each thread writes its answer and
+  // how long it took.
+  std::vector<grpc::Status> answers(told.size());
+  std::vector<Clock::duration> took(told.size());
+  auto create = [&](const std::string& name, int64_t seq) {
+    std::vector<std::thread> calls;
+    for (size_t i = 0; i < told.size(); ++i) {
+      calls.emplace_back([&, i] {
+        auto stub = wire.Worker(told[i]);
+        ASSERT_TRUE(stub.ok()) << stub.status();
+        v1::CreateGroupRequest request;
+        request.set_name(name);
+        request.add_ranks(0);
+        request.add_ranks(1);
+        request.set_seq(seq);
+        request.set_generation(generation);
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + kCall);
+        v1::GroupInfo reply;
+        const auto start = Clock::now();
+        answers[i] = (*stub)->CreateGroup(&context, request, &reply);
+        took[i] = Clock::now() - start;
+      });
+    }
+    return calls;
+  };
+
+  // Queued past its deadline: withdrawn, saying what it waited behind.
+  {
+    auto seq = wire.ReserveSeq(2);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    for (auto& call : create("queued", *seq + 1)) call.join();
+    for (size_t i = 0; i < told.size(); ++i) {
+      EXPECT_EQ(answers[i].error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+          << "rank " << told[i] << ": " << answers[i].error_message();
+      EXPECT_THAT(answers[i].error_message(),
+                  HasSubstr(absl::StrCat("waits behind seq ", *seq)))
+          << "rank " << told[i];
+      EXPECT_THAT(answers[i].error_message(), HasSubstr("withdrawn"));
+      EXPECT_LT(took[i], kCall) << "rank " << told[i];
+    }
+    for (const auto& r : wire.Release(everyone, *seq, *seq + 1)) {
+      ASSERT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+    for (const auto& r : wire.Release({0}, *seq + 1, *seq + 2)) {
+      ASSERT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+  }
+
+  // Let through 1.5 s into its call: rank 1 splits, waits for rank 0 only
+  // until the call's deadline, and says why; rank 2 (no member) is done.
+  {
+    auto seq = wire.ReserveSeq(2);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    std::vector<std::thread> calls = create("late", *seq + 1);
+    std::this_thread::sleep_for(milliseconds(1500));
+    for (const auto& r : wire.Release(everyone, *seq, *seq + 1)) {
+      EXPECT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+    for (auto& call : calls) call.join();
+    EXPECT_TRUE(answers[1].ok()) << "rank 2: " << answers[1].error_message();
+    EXPECT_EQ(answers[0].error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << "rank 1: " << answers[0].error_message();
+    // The worker's own answer, not gRPC's bare one.
+    EXPECT_THAT(answers[0].error_message(), HasSubstr("creating group 'late'"));
+    EXPECT_LT(took[0], kCall) << "rank 1 answered after its call's deadline";
+    for (const auto& r : wire.Release({0}, *seq + 1, *seq + 2)) {
+      ASSERT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+  }
+  ExpectCorrectAllReduce("check");
+  EXPECT_EQ(Client()->world().generation, generation_);
+}
+
 }  // namespace
 }  // namespace ccl::failure_testing

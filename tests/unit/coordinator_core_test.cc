@@ -360,6 +360,40 @@ TEST_F(CoordinatorCoreTest, RanksResumingDifferentGenerationsGetANewerOne) {
   EXPECT_EQ(rejected.Get().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Chaos seed 1894393862: the coordinator died while the world re-formed
+// into generation 13; no worker had a communicator left to resume, so the
+// restarted coordinator began again at generation 1, and requests stamped 13
+// then took seqs of the new numbering. The generations the workers knew of
+// count too: the new world is above all of them.
+TEST_F(CoordinatorCoreTest,
+       ARestartedCoordinatorAdoptingNothingStartsAboveEveryKnownGeneration) {
+  Make(2);
+  std::vector<std::unique_ptr<Result<RegisterResult>>> pending;
+  for (int i = 0; i < 2; ++i) {
+    RegisterRequest request;
+    request.address = "10.0.0.1:600" + std::to_string(i);
+    request.worker_id = "w" + std::to_string(i);
+    request.requested_rank = i;
+    request.rejoin = true;
+    request.known_generation = i == 0 ? 13 : 12;  // nothing to resume
+    auto result = std::make_unique<Result<RegisterResult>>();
+    core_->Register(core_->NewWaitId(), std::move(request), result->callback());
+    pending.push_back(std::move(result));
+  }
+  for (auto& p : pending) {
+    auto r = p->Get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->generation, 14);
+  }
+  EXPECT_FALSE(core_->ReserveSequence(13, "world", 1).ok());
+  RegisterRequest bad;
+  bad.address = "10.0.0.1:1";
+  bad.known_generation = -1;
+  Result<RegisterResult> rejected;
+  core_->Register(core_->NewWaitId(), bad, rejected.callback());
+  EXPECT_EQ(rejected.Get().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CoordinatorCoreTest, ElasticShrinkGoesOnWithoutALostRank) {
   Make(3, /*elastic_shrink=*/true);
   FormWorld(3);

@@ -144,6 +144,10 @@ class Work:
         self.seq = seq
         self.ranks = tuple(sorted(responses))
         self.work_ids = {r: resp.work_id for r, resp in responses.items()}
+        # Who issued each id: a restarted worker counts ids from 1 again, so
+        # an id alone could name its successor's work.
+        self.worker_ids = {r: getattr(resp, "worker_id", "")
+                           for r, resp in responses.items()}
         self._timings = {r: _timing(resp.timing)
                          for r, resp in responses.items()}
         self._done = not is_async
@@ -169,7 +173,8 @@ class Work:
         futures = {}
         for rank in sorted(self._pending):
             request = worker_pb2.WaitRequest(work_id=self.work_ids[rank],
-                                             timeout_ms=int(seconds * 1000))
+                                             timeout_ms=int(seconds * 1000),
+                                             worker_id=self.worker_ids[rank])
             futures[rank] = self._client._worker(rank).Wait.future(
                 request, timeout=seconds + RPC_MARGIN_S)
         failures, running = {}, {}
@@ -197,7 +202,8 @@ class Work:
             return True
         futures = {
             rank: self._client._worker(rank).Test.future(
-                worker_pb2.TestRequest(work_id=self.work_ids[rank]),
+                worker_pb2.TestRequest(work_id=self.work_ids[rank],
+                                       worker_id=self.worker_ids[rank]),
                 timeout=self._client.timeout)
             for rank in sorted(self._pending)
         }

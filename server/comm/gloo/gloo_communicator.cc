@@ -262,8 +262,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     // connect was refused by a cut link, or it moved on to the next one)
     // never connects, and waiting 5 x the op timeout for it (5 minutes by
     // default) held this rank out of every later generation. Bounded here
-    // by the op timeout, at most kMaxConnectWait; the store's waits keep
-    // the full timeout (GlooKvStore), and ops pass their own.
+    // by the op timeout, at most kMaxConnectWait; the store's waits share
+    // the timeout between them (GlooKvStore), and ops pass their own.
     constexpr std::chrono::milliseconds kMaxConnectWait(10000);
     const auto connect_wait = std::min(timeout, kMaxConnectWait);
     context->setTimeout(

@@ -22,7 +22,13 @@ namespace {
 }  // namespace
 
 GlooKvStore::GlooKvStore(KvStore& store, std::chrono::milliseconds timeout)
-    : store_(store), timeout_(timeout) {}
+    : store_(store), deadline_(std::chrono::steady_clock::now() + timeout) {}
+
+std::chrono::milliseconds GlooKvStore::Left() const {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline_ - std::chrono::steady_clock::now()));
+}
 
 void GlooKvStore::set(const std::string& key, const std::vector<char>& data) {
   absl::Status status = store_.Set(key, std::string(data.begin(), data.end()));
@@ -30,18 +36,18 @@ void GlooKvStore::set(const std::string& key, const std::vector<char>& data) {
 }
 
 std::vector<char> GlooKvStore::get(const std::string& key) {
-  absl::StatusOr<std::string> value = store_.Get(key, timeout_);
+  absl::StatusOr<std::string> value = store_.Get(key, Left());
   if (!value.ok()) Throw(value.status(), absl::StrCat("get '", key, "'"));
   return std::vector<char>(value->begin(), value->end());
 }
 
 void GlooKvStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, timeout_);
+  wait(keys, Left());
 }
 
 void GlooKvStore::wait(const std::vector<std::string>& keys,
-                       const std::chrono::milliseconds& timeout) {
-  absl::Status status = store_.Wait(keys, std::max(timeout, timeout_));
+                       const std::chrono::milliseconds&) {
+  absl::Status status = store_.Wait(keys, Left());
   if (!status.ok()) {
     Throw(status, absl::StrCat("wait for ", keys.size(), " key(s)"));
   }

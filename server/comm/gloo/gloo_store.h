@@ -14,8 +14,11 @@ namespace ccl {
 
 class GlooKvStore : public gloo::rendezvous::Store {
  public:
-  // `timeout` bounds get() and every wait: Gloo's own timeout for a wait
-  // (its context's, kept short while pairs connect) never shortens it.
+  // `timeout`, from construction, bounds get() and the waits together: a
+  // rendezvous waits for its peers' keys one after another, and each wait
+  // given the whole timeout again would let the rendezvous outlast the
+  // call that asked for it. Gloo's own timeout for a wait (its context's,
+  // kept short while pairs connect) never shortens it.
   GlooKvStore(KvStore& store, std::chrono::milliseconds timeout);
 
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -25,8 +28,12 @@ class GlooKvStore : public gloo::rendezvous::Store {
             const std::chrono::milliseconds& timeout) override;
 
  private:
+  // What is left of the timeout (at least 1 ms, so that an expired one
+  // still asks the store once and fails with its answer).
+  std::chrono::milliseconds Left() const;
+
   KvStore& store_;
-  const std::chrono::milliseconds timeout_;
+  const std::chrono::steady_clock::time_point deadline_;
 };
 
 }  // namespace ccl
