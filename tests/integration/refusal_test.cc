@@ -245,10 +245,12 @@ TEST_F(RefusalTest, ASplitQueuedBehindAnotherSeqIsAnsweredBeforeItsDeadline) {
   // how long it took.
   std::vector<grpc::Status> answers(told.size());
   std::vector<Clock::duration> took(told.size());
-  auto create = [&](const std::string& name, int64_t seq) {
+  // `name` and `seq` by value: the threads outlive the call's arguments
+  // (ASan saw a temporary name read after its scope).
+  auto create = [&](std::string name, int64_t seq) {
     std::vector<std::thread> calls;
     for (size_t i = 0; i < told.size(); ++i) {
-      calls.emplace_back([&, i] {
+      calls.emplace_back([&, i, name, seq] {
         auto stub = wire.Worker(told[i]);
         ASSERT_TRUE(stub.ok()) << stub.status();
         v1::CreateGroupRequest request;
