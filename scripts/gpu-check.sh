@@ -8,6 +8,10 @@
 #   scripts/gpu-check.sh checks     # the in-process, conformance and
 #                                   # failure suites (the verdict's first
 #                                   # piece; then cluster, python, peers)
+#   scripts/gpu-check.sh latency    # a fresh cluster, then only what a
+#                                   # client pays per op (--e2e,
+#                                   # client_latency, a plan's flight record)
+#   CCL_GPU_UNTIL=STEP ...          # skip every step after STEP
 #   scripts/gpu-check.sh peer       # only the bare-NCCL peer steps (no
 #                                   # cluster, no ccctl; about a minute,
 #                                   # estimated, not yet timed)
@@ -36,6 +40,9 @@ if [[ $mode == build ]]; then
     inprocess_conformance_nccl_test failure_nccl_test nccl_peer_bench \
     client_latency
   rm -rf "$bundle"
+  # eu-stack (elfutils), when here, goes along for worker_stacks below.
+  stack_tool=()
+  if command -v eu-stack >/dev/null; then stack_tool=("$(command -v eu-stack)"); fi
   # From a worktree outside the main checkout's parent, name the tool.
   "${CCL_DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}" "$bundle" \
     "$build/server/ccworker" \
@@ -43,7 +50,7 @@ if [[ $mode == build ]]; then
     "$build/tests/gpu/conformance_nccl_test" \
     "$build/tests/conformance/inprocess_conformance_nccl_test" \
     "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench" \
-    "$build/bench/client_latency"
+    "$build/bench/client_latency" "${stack_tool[@]}"
   # RelWithDebInfo binaries make a ~120 MB bundle; the carry limit is 64 MiB.
   strip --strip-debug "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
   # The Python client is pure Python: its sources and the stubs generated
@@ -81,8 +88,17 @@ trap cleanup EXIT
 
 failures=0
 summary=()
+# CCL_GPU_UNTIL=NAME: the steps after step NAME are skipped (a run that
+# only needs to reach one step costs less device time).
+until_step=${CCL_GPU_UNTIL:-}
+reached_until=0
 step() {  # step NAME TIMEOUT_S CMD...: runs CMD, logs to $OUT/NAME.log
   local name=$1 limit=$2; shift 2
+  if ((reached_until)); then
+    summary+=("$(printf '%-28s %-12s' "$name" "SKIP")")
+    return 0
+  fi
+  [[ $name == "$until_step" ]] && reached_until=1
   local start=$SECONDS
   timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
@@ -90,7 +106,20 @@ step() {  # step NAME TIMEOUT_S CMD...: runs CMD, logs to $OUT/NAME.log
   if [[ $rc -ne 0 ]]; then verdict="FAIL(rc=$rc)"; failures=$((failures + 1)); fi
   summary+=("$(printf '%-28s %-12s %4ss' "$name" "$verdict" $((SECONDS - start)))")
   echo "== $name: $verdict"
-  if [[ $rc -ne 0 ]]; then tail -n 25 "$OUT/$name.log"; fi
+  if [[ $rc -ne 0 ]]; then
+    tail -n 25 "$OUT/$name.log"
+    worker_stacks "$name"
+  fi
+}
+# Every thread's stack of every worker still running, after a failed step:
+# a worker stuck in a call shows where (the GPU machine has no debugger;
+# the bundle carries eu-stack when the build machine had it).
+worker_stacks() {
+  [[ -x $bundle/bin/eu-stack ]] || return 0
+  local pid
+  for pid in $(pgrep -f "^$bundle/bin/ccworker"); do
+    timeout 30 "$bundle/bin/eu-stack" -p "$pid" >"$OUT/$1.stacks.$pid" 2>&1
+  done
 }
 
 ops=all_reduce,all_gather,reduce_scatter,broadcast,reduce,alltoall,sendrecv,gather,scatter
@@ -260,6 +289,13 @@ cluster_steps() {
   # the peer's nccl_peer_graph step and PERF.md's nccl-tests figure).
   step bench_graph_all_reduce 150 "$ccctl" bench all_reduce -b 8 -e 512K \
     -f 2 -n 20 -w 5 -G 10 --csv "$OUT/bench_graph_all_reduce.csv"
+  latency_steps
+  # Worker logs (the state dir holds them) help when something failed.
+  step cluster_down 60 "$ccctl" cluster down
+  cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
+}
+
+latency_steps() {
   # A client's cost per 8-byte all_reduce in pieces: a bare fan-out, one
   # op (and the workers' share), without the agreement, and in a plan of
   # 1000 ops.
@@ -269,9 +305,6 @@ cluster_steps() {
   # Where a plan's time goes: each worker's flight record of the last plan
   # (its ops share the plan's timing: queue, summed device time, total).
   step plan_flight 30 bash -c "'$ccctl' -o json debug ops -n 2 >'$OUT/plan_flight.json'"
-  # Worker logs (the state dir holds them) help when something failed.
-  step cluster_down 60 "$ccctl" cluster down
-  cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
 }
 
 torch_steps() {
@@ -295,7 +328,14 @@ case $mode in
   # `ours` took over 600 s on 2 x H200 (one device call's limit): in pieces.
   checks) checks_steps ;;
   cluster) cluster_steps ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster]" >&2; exit 2 ;;
+  # What a client pays per op, alone on a fresh cluster (a few minutes).
+  latency) step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
+    step bench_e2e_all_reduce 120 "$ccctl" bench all_reduce -b 8 -e 1M -f 4 \
+      -n 200 -w 20 --e2e --csv "$OUT/e2e_all_reduce.csv"
+    latency_steps
+    step cluster_down 60 "$ccctl" cluster down
+    cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs" 2>/dev/null || true ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))
