@@ -4,19 +4,36 @@
 // times it (with the worker's own share), the same without the cross-rank
 // agreement, and a plan of ops (the RPC paid once). Every figure is the
 // client's wall clock through the client library; p50 and p99 over --iters.
+// Beside them, the peer for the RPC part: the same fan-out on bare gRPC
+// stubs to servers that do nothing (this binary, one process per rank, as
+// the workers are), so the service's RPC cost reads as a ratio to what gRPC
+// itself costs on the machine.
 //
 //   ./build/bench/client_latency --coordinator HOST:PORT [--iters 2000]
 //       [--bytes 8] [--plan 1000]
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "ccl/v1/worker.grpc.pb.h"
 #include "client/cluster_client.h"
+
+extern char** environ;
 
 namespace {
 
@@ -51,9 +68,128 @@ bool AllOk(const auto& results, const char* what) {
   return true;
 }
 
+// A worker service that answers GetInfo at once and nothing else.
+class NoopWorker final : public ccl::v1::Worker::CallbackService {
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const ccl::v1::GetInfoRequest*,
+                                    ccl::v1::WorkerInfo*) override {
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+// --noop-server: serves NoopWorker on an ephemeral loopback port, prints the
+// port, and runs until killed.
+int ServeNoop() {
+  NoopWorker service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) return 1;
+  std::printf("%d\n", port);
+  std::fflush(stdout);
+  server->Wait();
+  return 0;
+}
+
+// `count` no-op servers in their own processes; killed when this goes.
+class NoopServers {
+ public:
+  explicit NoopServers(int count) {
+    for (int i = 0; i < count; ++i) {
+      int out[2];
+      if (pipe(out) != 0) return;
+      posix_spawn_file_actions_t actions;
+      posix_spawn_file_actions_init(&actions);
+      posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+      posix_spawn_file_actions_addclose(&actions, out[0]);
+      char self[] = "/proc/self/exe";
+      char flag[] = "--noop-server";
+      char* args[] = {self, flag, nullptr};
+      pid_t pid = 0;
+      const int spawned =
+          posix_spawn(&pid, self, &actions, nullptr, args, environ);
+      posix_spawn_file_actions_destroy(&actions);
+      close(out[1]);
+      if (spawned != 0) {
+        close(out[0]);
+        return;
+      }
+      pids_.push_back(pid);
+      char line[32] = {};
+      FILE* from_child = fdopen(out[0], "r");
+      if (from_child == nullptr) {
+        close(out[0]);
+        return;
+      }
+      const bool got = std::fgets(line, sizeof(line), from_child) != nullptr;
+      std::fclose(from_child);
+      if (!got || std::atoi(line) <= 0) return;
+      addresses_.push_back("127.0.0.1:" + std::to_string(std::atoi(line)));
+    }
+  }
+  ~NoopServers() {
+    for (pid_t pid : pids_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  // Empty unless every server came up.
+  std::vector<std::string> addresses() const {
+    return addresses_.size() == pids_.size() ? addresses_
+                                             : std::vector<std::string>{};
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::vector<std::string> addresses_;
+};
+
+// One GetInfo to each address at once on the callback API, as the client
+// library fans out; microseconds per round, `iters` rounds after a warm-up.
+std::vector<double> BareFanOut(const std::vector<std::string>& addresses,
+                               int iters) {
+  std::vector<std::unique_ptr<ccl::v1::Worker::Stub>> stubs;
+  for (const std::string& address : addresses) {
+    stubs.push_back(ccl::v1::Worker::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
+  }
+  std::vector<double> us;
+  for (int i = -iters / 10 - 1; i < iters; ++i) {
+    const auto start = Clock::now();
+    std::mutex mutex;
+    std::condition_variable all_done;
+    size_t left = stubs.size();
+    std::vector<grpc::ClientContext> contexts(stubs.size());
+    std::vector<ccl::v1::GetInfoRequest> requests(stubs.size());
+    std::vector<ccl::v1::WorkerInfo> responses(stubs.size());
+    bool ok = true;
+    for (size_t k = 0; k < stubs.size(); ++k) {
+      stubs[k]->async()->GetInfo(&contexts[k], &requests[k], &responses[k],
+                                 [&](grpc::Status status) {
+                                   std::lock_guard<std::mutex> lock(mutex);
+                                   ok = ok && status.ok();
+                                   if (--left == 0) all_done.notify_all();
+                                 });
+    }
+    std::unique_lock<std::mutex> lock(mutex);
+    all_done.wait(lock, [&] { return left == 0; });
+    if (!ok) return {};
+    if (i >= 0) us.push_back(Since(start));
+  }
+  return us;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--noop-server") == 0) {
+    return ServeNoop();
+  }
   ccl::client::ClientOptions options;
   int iters = 2000, plan_ops = 1000;
   int64_t bytes = 8;
@@ -95,6 +231,7 @@ int main(int argc, char** argv) {
   op.input = name;
 
   std::vector<double> info_us, op_us, worker_us, unchecked_us;
+  std::vector<double> worker_queue_us, worker_op_us, worker_rest_us, skew_us;
   for (int i = 0; i < iters / 10 + 1; ++i) {  // warm up channels and ranges
     if (!AllOk(c.Collective(op), "warmup")) return 1;
   }
@@ -107,11 +244,25 @@ int main(int argc, char** argv) {
     const auto results = c.Collective(op);
     op_us.push_back(Since(start));
     if (!AllOk(results, "all_reduce")) return 1;
-    double slowest = 0;
+    // The slowest worker's share, and how far apart the requests reached
+    // the workers (a rank that got its request first waits in the op for
+    // the last one).
+    const ccl::client::OpTiming* slowest = nullptr;
+    int64_t first = INT64_MAX, last = INT64_MIN;
     for (const auto& r : results) {
-      slowest = std::max(slowest, r.result->timing.total_us);
+      const auto& timing = r.result->timing;
+      if (slowest == nullptr || timing.total_us > slowest->total_us) {
+        slowest = &timing;
+      }
+      first = std::min(first, timing.enqueued_unix_us);
+      last = std::max(last, timing.enqueued_unix_us);
     }
-    worker_us.push_back(slowest);
+    worker_us.push_back(slowest->total_us);
+    worker_queue_us.push_back(slowest->queue_us);
+    worker_op_us.push_back(slowest->device_us);
+    worker_rest_us.push_back(slowest->total_us - slowest->queue_us -
+                             slowest->device_us);
+    skew_us.push_back(static_cast<double>(last - first));
 
     ccl::client::Op unchecked = op;
     unchecked.skip_agreement = true;
@@ -132,14 +283,31 @@ int main(int argc, char** argv) {
   }
   (void)c.Free(ranks, name);
 
+  std::vector<double> floor_us;
+  {
+    NoopServers servers(static_cast<int>(ranks.size()));
+    if (!servers.addresses().empty()) {
+      floor_us = BareFanOut(servers.addresses(), iters);
+    }
+  }
+
   std::printf(
       "# client_latency: %zu ranks, %lld B float32 all_reduce (sum), "
       "%d iters\n",
       ranks.size(), static_cast<long long>(bytes), iters);
   std::printf("%-44s %10s %10s\n", "# what", "p50 (us)", "p99 (us)");
   Row("GetInfo on every rank (RPC + fan-out)", info_us);
+  if (floor_us.empty()) {
+    std::printf("%-44s %10s %10s\n", "  bare gRPC peer", "failed", "-");
+  } else {
+    Row("  bare gRPC peer: the same to no-op servers", floor_us);
+  }
   Row("all_reduce, client-seen", op_us);
   Row("  of which on the slowest worker", worker_us);
+  Row("    queued behind earlier ops there", worker_queue_us);
+  Row("    in the backend's op (data, peer waits)", worker_op_us);
+  Row("    the rest (agreement, hand-offs)", worker_rest_us);
+  Row("  requests' arrival skew across ranks", skew_us);
   Row("all_reduce without the agreement check", unchecked_us);
   Row(emulated ? "plan, per op (EMULATED: no SubmitPlan)"
                : "plan of --plan ops, per op",
