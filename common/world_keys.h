@@ -18,4 +18,13 @@ inline std::string PeerAddressKey(int world_rank) {
   return absl::StrCat("addr/", world_rank);
 }
 
+// How far a world rank got in `group`: every op below the seq it holds has
+// ended there, as its last heartbeat said (HeartbeatRequest.finished_below;
+// the coordinator sets it). A failed op's arrival diagnosis reads it for the
+// ranks that left no mark: one past the op finished it, so it must not be
+// named as never having reached it.
+inline std::string ProgressKey(const std::string& group, int world_rank) {
+  return absl::StrCat("progress/", group, "/", world_rank);
+}
+
 }  // namespace ccl

@@ -159,6 +159,10 @@ struct HeartbeatRequest {
   std::string reform_reason;
   // RegisterResult::secret.
   std::string secret;
+  // Per group the worker is a member of in `generation`: every op below
+  // this seq has ended there (HeartbeatRequest.finished_below); published
+  // as the generation's ProgressKey.
+  std::map<std::string, int64_t> finished_below;
 };
 
 struct HeartbeatResult {
@@ -300,6 +304,10 @@ class CoordinatorCore {
   // Starts the re-form a rank asked for once every member has been heard
   // from since it asked (see reform_requested_at_).
   void MaybeReformLocked(Deferred& deferred);
+  // Sets the ProgressKey of each group whose progress `request` changed.
+  void PublishProgressLocked(Roster::Member& member,
+                             const HeartbeatRequest& request,
+                             Deferred& deferred);
   WorldState StateLocked() const;
   WorldInfo SnapshotLocked() const;
   // The snapshot Register replies share: rebuilt only when the roster or

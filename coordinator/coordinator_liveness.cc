@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/world_keys.h"
 #include "coordinator/coordinator_core.h"
 #include "spdlog/spdlog.h"
 
@@ -75,6 +76,7 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
         absl::StrCat("generation ", request.generation, " is over; current is ",
                      generation_, "; re-register"));
   }
+  PublishProgressLocked(*member, request, deferred);
   // Only a whole world re-forms at once; a degraded one re-forms when the
   // missing rank comes back (Register does that).
   if (!request.reform_reason.empty() &&
@@ -89,6 +91,22 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
   }
   MaybeReformLocked(deferred);
   return HeartbeatResult{generation_, StateLocked()};
+}
+
+void CoordinatorCore::PublishProgressLocked(Roster::Member& member,
+                                            const HeartbeatRequest& request,
+                                            Deferred& deferred) {
+  if (member.progress_generation != generation_) {
+    member.progress_generation = generation_;
+    member.published_progress.clear();
+  }
+  for (const auto& [group, next] : request.finished_below) {
+    auto [it, fresh] = member.published_progress.try_emplace(group, next);
+    if (!fresh && it->second == next) continue;
+    it->second = next;
+    kv_.Set(generation_, ProgressKey(group, request.rank), absl::StrCat(next),
+            deferred);
+  }
 }
 
 void CoordinatorCore::MaybeReformLocked(Deferred& deferred) {

@@ -98,6 +98,8 @@ HeartbeatRequest HeartbeatFromProto(const v1::HeartbeatRequest& request) {
   native.tensor_bytes = request.tensor_bytes();
   native.reform_reason = request.reform_reason();
   native.secret = request.worker_secret();
+  native.finished_below.insert(request.finished_below().begin(),
+                               request.finished_below().end());
   return native;
 }
 

@@ -49,6 +49,26 @@ absl::Status Group(const std::string& name, const CoordinatorLimits& limits) {
   return absl::OkStatus();
 }
 
+// A seq per group (a resume's next seqs, a heartbeat's progress): at most
+// max_resume_groups groups, names as groups have them, seqs in range.
+absl::Status NextSeqs(const char* what, const char* seq_what,
+                      const google::protobuf::Map<std::string, int64_t>& seqs,
+                      const CoordinatorLimits& limits) {
+  if (seqs.size() > static_cast<size_t>(limits.max_resume_groups)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", seqs.size(),
+                                                   " groups; the limit is ",
+                                                   limits.max_resume_groups));
+  }
+  for (const auto& [group, next] : seqs) {
+    CCL_RETURN_IF_ERROR(Group(group, limits));
+    if (next < 0 || next > limits.max_seq) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          seq_what, " ", next, " is not in [0, ", limits.max_seq, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Token(const char* what, const std::string& value, size_t limit) {
   if (value.size() > limit) return TooLong(what, value.size(), limit, "");
   if (!std::all_of(value.begin(), value.end(), IsTokenChar)) {
@@ -135,19 +155,8 @@ absl::Status ValidateRequest(const v1::RegisterRequest& request,
       NotNegative("resume generation", request.resume_generation()));
   CCL_RETURN_IF_ERROR(
       NotNegative("known generation", request.known_generation()));
-  if (request.resume_next_seq_size() > limits.max_resume_groups) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("register resumes ", request.resume_next_seq_size(),
-                     " groups; the limit is ", limits.max_resume_groups));
-  }
-  for (const auto& [group, next] : request.resume_next_seq()) {
-    CCL_RETURN_IF_ERROR(Group(group, limits));
-    if (next < 0 || next > limits.max_seq) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "resumed next seq ", next, " is not in [0, ", limits.max_seq, "]"));
-    }
-  }
-  return absl::OkStatus();
+  return NextSeqs("register resumes", "resumed next seq",
+                  request.resume_next_seq(), limits);
 }
 
 absl::Status ValidateRequest(const v1::HeartbeatRequest& request,
@@ -163,6 +172,9 @@ absl::Status ValidateRequest(const v1::HeartbeatRequest& request,
   if (reason.size() > limits.max_reason_bytes) {
     return TooLong("reform reason", reason.size(), limits.max_reason_bytes, "");
   }
+  CCL_RETURN_IF_ERROR(NextSeqs("heartbeat reports",
+                               "heartbeat's finished_below",
+                               request.finished_below(), limits));
   if (std::any_of(reason.begin(), reason.end(), IsControl)) {
     return absl::InvalidArgumentError("reform reason has a control character");
   }

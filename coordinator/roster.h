@@ -50,6 +50,10 @@ class Roster {
     int64_t resume_generation = 0;
     std::map<std::string, int64_t> resume_next_seq;
     int64_t known_generation = 0;
+    // What this member's heartbeats published in generation
+    // progress_generation (ProgressKey), so a key is set only on a change.
+    int64_t progress_generation = 0;
+    std::map<std::string, int64_t> published_progress;
     // Parked Register calls of this registration (a worker that reconnects
     // while joining has more than one).
     std::vector<WaitId> register_waits;

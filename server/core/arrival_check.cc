@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -108,6 +109,18 @@ std::vector<std::string> Connect(const std::vector<std::string>& addresses) {
   return result;
 }
 
+// What `world_rank`'s heartbeats last said of `group` (ProgressKey): every
+// op below the returned seq has ended there. Empty when it never said (an
+// older worker or coordinator, a test's store).
+std::optional<int64_t> FinishedBelow(KvStore& kv, const std::string& group,
+                                     int world_rank) {
+  auto value =
+      kv.Get(ProgressKey(group, world_rank), std::chrono::milliseconds(1));
+  int64_t seq = 0;
+  if (!value.ok() || !absl::SimpleAtoi(*value, &seq)) return std::nullopt;
+  return seq;
+}
+
 std::string Name(const std::string& group, const std::vector<int>& world_ranks,
                  size_t r) {
   return group == kWorldGroup
@@ -171,12 +184,30 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
     if (others.empty()) return absl::StrJoin(parts, "; ");
     const bool everyone = kv->Wait(others, kWindow).ok();
     std::vector<std::string> missing;
+    std::vector<std::string> finished;
+    std::vector<std::string> heard;  // where the missing ones last were
     std::vector<std::string> cut;
     for (size_t r = 0; r < n; ++r) {
       if (static_cast<int>(r) == group_rank) continue;
       auto mark = kv->Get(absl::StrCat(base, r), std::chrono::milliseconds(1));
       if (!mark.ok()) {
+        // No mark: it never got this far, or it finished the op (a rank
+        // that ran it to its end leaves none), which its heartbeats tell.
+        const std::optional<int64_t> done_below =
+            FinishedBelow(*kv, group, world_ranks[r]);
+        if (done_below && *done_below > seq) {
+          finished.push_back(Name(group, world_ranks, r));
+          continue;
+        }
         missing.push_back(Name(group, world_ranks, r));
+        if (done_below) {
+          heard.push_back(absl::StrCat(
+              "rank ", Name(group, world_ranks, r),
+              *done_below == 0
+                  ? std::string(" had finished no op of the group yet")
+                  : absl::StrCat(" had finished every seq below ",
+                                 *done_below)));
+        }
         continue;
       }
       const size_t semi = mark->find(';');
@@ -196,10 +227,17 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
       }
     }
     if (!cut.empty()) parts.push_back(absl::StrJoin(cut, "; "));
-    if (everyone || missing.empty()) {
+    if (!finished.empty()) {
+      parts.push_back(absl::StrCat(
+          finished.size() == 1 ? "rank " : "ranks ",
+          absl::StrJoin(finished, ", "), " of group ", group, " finished seq ",
+          seq, " (", finished.size() == 1 ? "its" : "their",
+          " last heartbeat said so): this rank's side of the op failed"));
+    }
+    if (everyone || (missing.empty() && finished.empty())) {
       parts.push_back(absl::StrCat("every rank of group ", group,
                                    " reached seq ", seq, " and failed there"));
-    } else {
+    } else if (!missing.empty()) {
       parts.push_back(absl::StrCat(
           missing.size() == 1 ? "rank " : "ranks ",
           absl::StrJoin(missing, ", "), " of group ", group,
@@ -207,6 +245,10 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
           " (no report within 1 s of this rank's failure: dead, stopped, or "
           "still on an earlier op; `ccctl debug ops` shows where each rank "
           "is)"));
+      if (!heard.empty()) {
+        parts.push_back(
+            absl::StrCat("last heartbeats: ", absl::StrJoin(heard, "; ")));
+      }
     }
     return absl::StrJoin(parts, "; ");
   };

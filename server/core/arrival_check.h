@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/world_keys.h"  // PeerAddressKey
+#include "common/world_keys.h"  // PeerAddressKey, ProgressKey
 #include "server/comm/kv_store.h"
 #include "server/core/executor.h"
 

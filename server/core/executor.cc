@@ -128,6 +128,11 @@ int64_t Executor::next_seq() const {
   return next_seq_;
 }
 
+int64_t Executor::finished_below() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_below_;
+}
+
 std::string Executor::state() const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -270,6 +275,12 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
       status = absl::Status(status.code(),
                             absl::StrCat(status.message(), "; ", why));
     }
+  }
+  {
+    // Before Complete, so that whoever Complete wakes sees it counted.
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_below_ = std::max(
+        finished_below_, task->seq() + std::max<int64_t>(1, task->seq_count()));
   }
   task->Complete(std::move(status), handle->DeviceMicros());
 }

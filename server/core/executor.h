@@ -102,6 +102,10 @@ class Executor {
 
   // The next seq the launch thread will run.
   int64_t next_seq() const;
+  // Every op below this seq has ended, well or not (ops end in seq order),
+  // save seqs the group skipped: what a peer's arrival diagnosis may say
+  // this rank finished. next_seq() counts an op as soon as it starts.
+  int64_t finished_below() const;
   // Why the task at `seq` (queued) has not started, for a person: the seq
   // it waits for has not arrived (for how long, and when the gap timeout
   // skips it), or an earlier op still runs.
@@ -140,6 +144,7 @@ class Executor {
   bool stopping_ = false;
   bool stopped_ = false;
   int64_t next_seq_ = 0;
+  int64_t finished_below_ = 0;
   // Since when next_seq_ has been missing with later tasks queued.
   std::optional<std::chrono::steady_clock::time_point> gap_since_;
   // The seq being launched (-1: none).

@@ -84,6 +84,8 @@ struct GroupInfo {
   // every rank agrees on which names are taken).
   int group_rank = 0;
   int64_t next_seq = 0;
+  // Every op below this seq has ended (Executor::finished_below).
+  int64_t finished_below = 0;
   std::string backend;
   std::string state;
 };

@@ -245,6 +245,7 @@ std::vector<GroupInfo> WorkerCoreImpl::Groups() const {
   std::iota(info.ranks.begin(), info.ranks.end(), 0);
   info.group_rank = rank_;
   info.next_seq = world_->next_seq();
+  info.finished_below = world_->finished_below();
   info.backend = world_->communicator().name();
   info.state = world_->state();
   groups.push_back(std::move(info));
@@ -260,6 +261,7 @@ std::vector<GroupInfo> WorkerCoreImpl::Groups() const {
       group.state = "not a member";
     } else {
       group.next_seq = entry.executor->next_seq();
+      group.finished_below = entry.executor->finished_below();
       group.backend = entry.executor->communicator().name();
       group.state = entry.executor->state();
     }

@@ -251,6 +251,15 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
     if (absl::Status health = core_.CommunicatorHealth(); !health.ok()) {
       beat.set_reform_reason(ReformReason(std::string(health.message())));
     }
+    // How far each group got, for a peer's arrival diagnosis; a group this
+    // rank is not a member of is left out. Should the core move to the
+    // next generation meanwhile, the coordinator drops the whole beat (it
+    // is stamped with this one).
+    for (const GroupInfo& group : core_.Groups()) {
+      if (group.group_rank >= 0) {
+        (*beat.mutable_finished_below())[group.name] = group.finished_below;
+      }
+    }
   }
   absl::StatusOr<v1::HeartbeatResponse> reply = coordinator_.Heartbeat(beat);
   if (reply.ok()) {

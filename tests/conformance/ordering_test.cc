@@ -113,6 +113,7 @@ TEST(Ordering, OutOfOrderSubmissionsRunInSeqOrder) {
     EXPECT_EQ(groups[0].ranks, (std::vector<int>{0, 1, 2}));
     EXPECT_EQ(groups[0].group_rank, r);
     EXPECT_EQ(groups[0].next_seq, 3);
+    EXPECT_EQ(groups[0].finished_below, 3);
     EXPECT_EQ(groups[0].backend, "gloo");
     EXPECT_EQ(groups[0].state, "ready");
   }

@@ -3,6 +3,8 @@
 // error a user sees, that it comes in bounded time, and that the world
 // carries on with every survivor's tensors. The same tests run on NCCL
 // (failure_nccl_test, label gpu) with CUDA workers.
+#include "common/world_keys.h"
+#include "coordinator/client/coordinator_client.h"
 #include "tests/integration/failure_fixture.h"
 
 namespace ccl::failure_testing {
@@ -90,6 +92,18 @@ TEST_F(FailureTest, SigstopNamesTheStoppedRankAndTheWorldReforms) {
   for (int r = 0; r < kWorkers; ++r) {
     ASSERT_TRUE(AllocOnDevice(*client, r, "x", 1 << 16, FillKind::kOnes).ok());
   }
+  // Its heartbeats' progress reaches the coordinator's store (the others'
+  // diagnosis reads it) within a beat or two of the world forming.
+  auto coordinator = CoordinatorClient::Connect(cluster_->coordinator_address(),
+                                                milliseconds(3000));
+  bool reported = false;
+  for (auto until = Clock::now() + seconds(10);
+       !reported && Clock::now() < until;
+       std::this_thread::sleep_for(milliseconds(20))) {
+    reported =
+        coordinator->KvGet(generation, ProgressKey("world", stopped)).ok();
+  }
+  ASSERT_TRUE(reported) << "rank " << stopped << " never reported progress";
   ASSERT_TRUE(cluster_->worker(stopped).Signal(SIGSTOP).ok());
   const auto start = Clock::now();
   auto results = client->Collective(AllReduce("x"));
@@ -103,6 +117,11 @@ TEST_F(FailureTest, SigstopNamesTheStoppedRankAndTheWorldReforms) {
                 HasSubstr(absl::StrCat("rank ", stopped,
                                        " of group world never "
                                        "reached seq")))
+        << r.result.status();
+    // Where it was, from its heartbeats through the coordinator's store.
+    EXPECT_THAT(r.result.status().message(),
+                HasSubstr(absl::StrCat("last heartbeats: rank ", stopped,
+                                       " had finished")))
         << r.result.status();
   }
   // The call returns when its slowest rank does: the stopped one, whose

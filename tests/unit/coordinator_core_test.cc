@@ -1,5 +1,6 @@
 // The coordinator's membership logic, without gRPC: ranks, registration,
 // heartbeats and loss, generations and re-forms, shutdown.
+#include "common/world_keys.h"
 #include "tests/unit/coordinator_core_fixture.h"
 
 namespace ccl::coordinator::core_testing {
@@ -244,6 +245,41 @@ TEST_F(CoordinatorCoreTest, ABrokenRankAsksForANewGenerationOfAWholeWorld) {
   EXPECT_EQ(core_->Heartbeat(broken).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(core_->GetWorld().generation, 2);
+}
+
+// A heartbeat's progress (how far each group got on the worker) lands in the
+// generation's KV store, where a failed op's arrival diagnosis on another
+// rank reads it; a beat of a generation that is over publishes nothing.
+TEST_F(CoordinatorCoreTest, HeartbeatProgressIsPublishedPerGroupAndGeneration) {
+  Make(2);
+  FormWorld(2);
+  HeartbeatRequest beat = Beat(1, 1, "w1");
+  beat.finished_below = {{"world", 12}, {"pair", 3}};
+  ASSERT_TRUE(core_->Heartbeat(beat).ok());
+  EXPECT_EQ(core_->KvGet(1, ProgressKey("world", 1))->second, "12");
+  EXPECT_EQ(core_->KvGet(1, ProgressKey("pair", 1))->second, "3");
+  EXPECT_FALSE(core_->KvGet(1, ProgressKey("world", 0)).ok());
+  beat.finished_below = {{"world", 13}};
+  ASSERT_TRUE(core_->Heartbeat(beat).ok());
+  EXPECT_EQ(core_->KvGet(1, ProgressKey("world", 1))->second, "13");
+  EXPECT_EQ(core_->KvGet(1, ProgressKey("pair", 1))->second, "3");
+
+  // Generation 2: its store starts without progress, and the old
+  // generation's beat (refused) adds none to it.
+  beat.reform_reason = "broken";
+  ASSERT_EQ(core_->Heartbeat(beat)->generation, 2);
+  beat.reform_reason.clear();
+  beat.finished_below = {{"world", 40}};
+  EXPECT_FALSE(core_->Heartbeat(beat).ok());
+  EXPECT_FALSE(core_->KvGet(2, ProgressKey("world", 1)).ok());
+  for (const char* worker : {"w0", "w1"}) {
+    auto again = Register(worker)->Get();
+    ASSERT_TRUE(again.ok()) << again.status();
+  }
+  HeartbeatRequest fresh = Beat(1, 2, "w1");
+  fresh.finished_below = {{"world", 12}};  // the same figure as in gen 1
+  ASSERT_TRUE(core_->Heartbeat(fresh).ok());
+  EXPECT_EQ(core_->KvGet(2, ProgressKey("world", 1))->second, "12");
 }
 
 // A rank whose communicator broke asks for a new generation; it starts once
