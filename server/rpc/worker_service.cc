@@ -544,20 +544,22 @@ grpc::ServerUnaryReactor* WorkerService::Bench(
   return reactor;
 }
 
-// Work ids count from 1 in each worker process, so the id of a work that a
-// killed worker held is, on its restarted successor, some other work's:
-// waiting for it there reported that work's outcome as the old one's and
-// then forgot it, so its own caller found NOT_FOUND (chaos seed 663522075).
-absl::Status WorkerService::IssuedHere(int64_t work_id,
-                                       const std::string& worker_id) const {
-  if (worker_id.empty() || worker_id == identity_.worker_id) {
-    return absl::OkStatus();
+absl::StatusOr<std::shared_ptr<Work>> WorkerService::IssuedWork(
+    int64_t work_id, const std::string& worker_id) const {
+  if (!worker_id.empty() && worker_id != identity_.worker_id) {
+    return absl::NotFoundError(absl::StrCat(
+        "no async work with id ", work_id, " on rank ", core_.rank(),
+        ": it was issued by worker '", worker_id,
+        "', which this rank's worker replaced ('", identity_.worker_id,
+        "'); the work ended with that worker"));
   }
-  return absl::NotFoundError(
-      absl::StrCat("no async work with id ", work_id, " on rank ", core_.rank(),
-                   ": it was issued by worker '", worker_id,
-                   "', which this rank's worker replaced ('",
-                   identity_.worker_id, "'); the work ended with that worker"));
+  std::shared_ptr<Work> work = core_.FindWork(work_id);
+  if (!work) {
+    return absl::NotFoundError(absl::StrCat(
+        "no async work with id ", work_id, " on rank ", core_.rank(),
+        " (ids are per worker; a waited work is forgotten)"));
+  }
+  return work;
 }
 
 grpc::ServerUnaryReactor* WorkerService::Wait(
@@ -566,18 +568,10 @@ grpc::ServerUnaryReactor* WorkerService::Wait(
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
     return Finish(context, valid);
   }
-  if (absl::Status mine = IssuedHere(request->work_id(), request->worker_id());
-      !mine.ok()) {
-    return Finish(context, mine);
-  }
-  std::shared_ptr<Work> work = core_.FindWork(request->work_id());
-  if (!work) {
-    return Finish(context,
-                  absl::NotFoundError(absl::StrCat(
-                      "no async work with id ", request->work_id(), " on rank ",
-                      core_.rank(),
-                      " (ids are per worker; a waited work is forgotten)")));
-  }
+  absl::StatusOr<std::shared_ptr<Work>> found =
+      IssuedWork(request->work_id(), request->worker_id());
+  if (!found.ok()) return Finish(context, found.status());
+  std::shared_ptr<Work> work = *std::move(found);
   auto* reactor = context->DefaultReactor();
   // Whichever of completion and the timer comes first finishes the reactor.
   struct Race {
@@ -616,17 +610,10 @@ grpc::ServerUnaryReactor* WorkerService::Test(
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
     return Finish(context, valid);
   }
-  if (absl::Status mine = IssuedHere(request->work_id(), request->worker_id());
-      !mine.ok()) {
-    return Finish(context, mine);
-  }
-  std::shared_ptr<Work> work = core_.FindWork(request->work_id());
-  if (!work) {
-    return Finish(context, absl::NotFoundError(absl::StrCat(
-                               "no async work with id ", request->work_id(),
-                               " on rank ", core_.rank())));
-  }
-  WorkToProto(*work, response);
+  absl::StatusOr<std::shared_ptr<Work>> work =
+      IssuedWork(request->work_id(), request->worker_id());
+  if (!work.ok()) return Finish(context, work.status());
+  WorkToProto(**work, response);
   return Finish(context, absl::OkStatus());
 }
 

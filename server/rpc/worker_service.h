@@ -92,9 +92,16 @@ class WorkerService final : public v1::Worker::CallbackService {
   // Runs `start` now, or once this worker reaches `generation`. If it does
   // not, the request is refused and takes its `count` seqs from `seq` of
   // `group` as any refused request does (WorkerCore::Refuse).
-  // OK when `worker_id` (a client's record of who issued `work_id`) is
-  // empty or this worker; NOT_FOUND saying so otherwise.
-  absl::Status IssuedHere(int64_t work_id, const std::string& worker_id) const;
+  // The async work `work_id` that Wait and Test ask about. NOT_FOUND,
+  // saying why, when `worker_id` (a client's record of who issued it) is
+  // neither empty nor this worker, or when no such work is remembered.
+  // Work ids count from 1 in each worker process, so the id of a work that
+  // a killed worker held is, on its restarted successor, some other
+  // work's: without the check, waiting for it there reported that work's
+  // outcome as the old one's and then forgot it, so its own caller found
+  // NOT_FOUND (chaos seed 663522075).
+  absl::StatusOr<std::shared_ptr<Work>> IssuedWork(
+      int64_t work_id, const std::string& worker_id) const;
   void InGeneration(int64_t generation, int64_t timeout_ms,
                     const std::string& group, int64_t seq, int64_t count,
                     CallReactor* reactor, std::function<void()> start);
