@@ -34,12 +34,14 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
       // shrinks (and aborts its ops as it does).
       shrinking_ = shrink.from_generation != 0 && world_ &&
                    shrink.from_generation == generation_;
+      // Subgroups before the world, whose communicator they were split
+      // from (children before their parent, as everywhere else here).
+      for (auto& [name, group] : groups_) {
+        if (group.executor) previous.push_back(group.executor);
+      }
       if (world_) {
         shrunk_world_ = shrinking_ ? world_ : nullptr;
         if (!shrinking_) previous.push_back(world_);
-      }
-      for (auto& [name, group] : groups_) {
-        if (group.executor) previous.push_back(group.executor);
       }
     }
     const absl::Status replaced = absl::AbortedError(

@@ -318,6 +318,8 @@ NcclCommunicator::~NcclCommunicator() {
   if (scratch_ != nullptr) cudaFree(scratch_);
   if (exchange_device_ != nullptr) cudaFree(exchange_device_);
   if (exchange_host_ != nullptr) cudaFreeHost(exchange_host_);
+  for (void* p : retired_device_) cudaFree(p);
+  for (void* p : retired_host_) cudaFreeHost(p);
   if (exchange_done_ != nullptr) cudaEventDestroy(exchange_done_);
   std::lock_guard<std::mutex> lock(events_mutex_);
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);

@@ -165,6 +165,12 @@ class NcclCommunicator final : public Communicator {
   void* exchange_host_ = nullptr;
   size_t exchange_bytes_ = 0;
   cudaEvent_t exchange_done_ = nullptr;
+  // Buffers a larger one replaced, freed with the communicator: work
+  // already on a stream may still use them, and waiting for it under
+  // comm_mutex_ could wait forever behind an op whose peer is gone while
+  // the abort that would end that op waits for the lock.
+  std::vector<void*> retired_device_;
+  std::vector<void*> retired_host_;
   // Peers the data lane has a send/recv connection with.
   std::set<int> reached_peers_;
 

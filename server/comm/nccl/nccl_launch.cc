@@ -134,13 +134,12 @@ class GraphWork final : public CommWork {
 
 absl::StatusOr<void*> NcclCommunicator::Scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
-    // Ops already enqueued may still use the old buffer.
-    CCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(data_.stream));
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
+    // Ops already enqueued may still use the old buffer; it is retired, not
+    // freed after a stream synchronize (see retired_device_). A sweep that
+    // grows it keeps its earlier sizes until the communicator goes.
     void* p = nullptr;
     CCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+    if (scratch_ != nullptr) retired_device_.push_back(scratch_);
     scratch_ = p;
     scratch_bytes_ = bytes;
   }
@@ -259,6 +258,8 @@ absl::Status NcclCommunicator::ExchangeOn(Lane& lane, bool p2p, int peer,
                                           size_t bytes,
                                           Clock::time_point deadline) {
   const size_t out_bytes = p2p ? bytes : bytes * static_cast<size_t>(size_);
+  // Where this exchange's result lands, read once it completed.
+  const void* result = nullptr;
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (aborted_) {
@@ -269,16 +270,25 @@ absl::Status NcclCommunicator::ExchangeOn(Lane& lane, bool p2p, int peer,
     // Device: [everyone's (or the peer's) | mine]; host (pinned): the same.
     const size_t need = out_bytes + bytes;
     if (need > exchange_bytes_) {
-      if (exchange_device_ != nullptr) {
-        CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-        cudaFree(exchange_device_);
-        cudaFreeHost(exchange_host_);
-        exchange_device_ = nullptr;
-        exchange_host_ = nullptr;
-        exchange_bytes_ = 0;
+      // The old pair may still be in use on a lane (an exchange that timed
+      // out stays on the control lane until it is aborted); a device-wide
+      // synchronize here waited for every kernel on the GPU, a stuck one
+      // included, with comm_mutex_ held. They are retired instead (a few
+      // hundred bytes; see retired_device_).
+      void* device = nullptr;
+      void* host = nullptr;
+      CCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&device, need));
+      if (cudaError_t e = cudaMallocHost(&host, need); e != cudaSuccess) {
+        retired_device_.push_back(device);  // cudaFree would synchronize
+        return cuda::CudaErrorStatus(e, "cudaMallocHost(exchange)", __FILE__,
+                                     __LINE__);
       }
-      CCL_CUDA_RETURN_IF_ERROR(cudaMalloc(&exchange_device_, need));
-      CCL_CUDA_RETURN_IF_ERROR(cudaMallocHost(&exchange_host_, need));
+      if (exchange_device_ != nullptr) {
+        retired_device_.push_back(exchange_device_);
+        retired_host_.push_back(exchange_host_);
+      }
+      exchange_device_ = device;
+      exchange_host_ = host;
       exchange_bytes_ = need;
       if (exchange_done_ == nullptr) {
         CCL_CUDA_RETURN_IF_ERROR(
@@ -287,6 +297,7 @@ absl::Status NcclCommunicator::ExchangeOn(Lane& lane, bool p2p, int peer,
     }
     auto* host = static_cast<std::byte*>(exchange_host_);
     auto* device = static_cast<std::byte*>(exchange_device_);
+    result = host;
     std::memcpy(host + out_bytes, mine, bytes);
     CCL_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(device + out_bytes, host + out_bytes, bytes,
@@ -341,7 +352,7 @@ absl::Status NcclCommunicator::ExchangeOn(Lane& lane, bool p2p, int peer,
     }
     backoff.Pause();
   }
-  std::memcpy(out, exchange_host_, out_bytes);
+  std::memcpy(out, result, out_bytes);
   return absl::OkStatus();
 }
 
