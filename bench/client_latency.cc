@@ -68,6 +68,39 @@ bool AllOk(const auto& results, const char* what) {
   return true;
 }
 
+// Per op, the slowest worker's share (its acceptance to completion, split
+// into waiting behind earlier ops, the backend's op, and the rest) and how
+// far apart the requests reached the workers (a rank that got its request
+// first waits in the op for the last one).
+struct WorkerShare {
+  std::vector<double> total, queue, op, rest, skew;
+
+  void Add(const ccl::client::RankResults<ccl::client::OpResult>& results) {
+    const ccl::client::OpTiming* slowest = nullptr;
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (const auto& r : results) {
+      const auto& timing = r.result->timing;
+      if (slowest == nullptr || timing.total_us > slowest->total_us) {
+        slowest = &timing;
+      }
+      first = std::min(first, timing.enqueued_unix_us);
+      last = std::max(last, timing.enqueued_unix_us);
+    }
+    total.push_back(slowest->total_us);
+    queue.push_back(slowest->queue_us);
+    op.push_back(slowest->device_us);
+    rest.push_back(slowest->total_us - slowest->queue_us - slowest->device_us);
+    skew.push_back(static_cast<double>(last - first));
+  }
+  void Print(const std::string& rest_is) const {
+    Row("  of which on the slowest worker", total);
+    Row("    queued behind earlier ops there", queue);
+    Row("    in the backend's op (data, peer waits)", op);
+    Row(("    the rest (" + rest_is + ")").c_str(), rest);
+    Row("  requests' arrival skew across ranks", skew);
+  }
+};
+
 // A worker service that answers GetInfo at once and nothing else.
 class NoopWorker final : public ccl::v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
@@ -230,8 +263,8 @@ int main(int argc, char** argv) {
   op.kind = ccl::OpKind::kAllReduce;
   op.input = name;
 
-  std::vector<double> info_us, op_us, worker_us, unchecked_us;
-  std::vector<double> worker_queue_us, worker_op_us, worker_rest_us, skew_us;
+  std::vector<double> info_us, op_us, unchecked_us;
+  WorkerShare checked, without_agreement;
   for (int i = 0; i < iters / 10 + 1; ++i) {  // warm up channels and ranges
     if (!AllOk(c.Collective(op), "warmup")) return 1;
   }
@@ -244,31 +277,15 @@ int main(int argc, char** argv) {
     const auto results = c.Collective(op);
     op_us.push_back(Since(start));
     if (!AllOk(results, "all_reduce")) return 1;
-    // The slowest worker's share, and how far apart the requests reached
-    // the workers (a rank that got its request first waits in the op for
-    // the last one).
-    const ccl::client::OpTiming* slowest = nullptr;
-    int64_t first = INT64_MAX, last = INT64_MIN;
-    for (const auto& r : results) {
-      const auto& timing = r.result->timing;
-      if (slowest == nullptr || timing.total_us > slowest->total_us) {
-        slowest = &timing;
-      }
-      first = std::min(first, timing.enqueued_unix_us);
-      last = std::max(last, timing.enqueued_unix_us);
-    }
-    worker_us.push_back(slowest->total_us);
-    worker_queue_us.push_back(slowest->queue_us);
-    worker_op_us.push_back(slowest->device_us);
-    worker_rest_us.push_back(slowest->total_us - slowest->queue_us -
-                             slowest->device_us);
-    skew_us.push_back(static_cast<double>(last - first));
+    checked.Add(results);
 
     ccl::client::Op unchecked = op;
     unchecked.skip_agreement = true;
     start = Clock::now();
-    if (!AllOk(c.Collective(unchecked), "all_reduce")) return 1;
+    const auto unchecked_results = c.Collective(unchecked);
     unchecked_us.push_back(Since(start));
+    if (!AllOk(unchecked_results, "all_reduce")) return 1;
+    without_agreement.Add(unchecked_results);
   }
   ccl::client::Plan plan;
   plan.steps.assign(plan_ops, ccl::client::PlanStep::Collective(op));
@@ -303,12 +320,9 @@ int main(int argc, char** argv) {
     Row("  bare gRPC peer: the same to no-op servers", floor_us);
   }
   Row("all_reduce, client-seen", op_us);
-  Row("  of which on the slowest worker", worker_us);
-  Row("    queued behind earlier ops there", worker_queue_us);
-  Row("    in the backend's op (data, peer waits)", worker_op_us);
-  Row("    the rest (agreement, hand-offs)", worker_rest_us);
-  Row("  requests' arrival skew across ranks", skew_us);
+  checked.Print("the agreement, hand-offs");
   Row("all_reduce without the agreement check", unchecked_us);
+  without_agreement.Print("hand-offs");
   Row(emulated ? "plan, per op (EMULATED: no SubmitPlan)"
                : "plan of --plan ops, per op",
       plan_us);
