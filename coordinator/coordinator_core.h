@@ -334,6 +334,12 @@ class CoordinatorCore {
   void FailRegisterWaitersLocked(Member& member, const absl::Status& status,
                                  Deferred& deferred);
   absl::Status ValidateValue(const std::string& value) const;
+  // For a call that may park (KvWait, GetUniqueId): runs `park` under the
+  // lock with the generation `generation` resolves to, then the callbacks
+  // it deferred. Without running it: the resolution's error, or
+  // UNAVAILABLE while shutting down.
+  absl::Status Park(int64_t generation,
+                    const std::function<void(int64_t, Deferred&)>& park);
   // OK when `secret` is the one `member` was issued; PERMISSION_DENIED
   // naming `what` (the call) otherwise.
   static absl::Status CheckSecret(const Member& member, int rank,

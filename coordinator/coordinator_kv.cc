@@ -64,22 +64,12 @@ void CoordinatorCore::KvWait(WaitId id, int64_t generation,
         absl::StrCat("kv wait: timeout ", timeout.count(), " ms is negative")));
   }
   timeout = WaitTimeout(timeout);
-  Deferred deferred;
-  absl::Status error;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-    if (!gen.ok()) {
-      error = gen.status();
-    } else if (shutting_down_) {
-      error = absl::UnavailableError("coordinator is shutting down");
-    } else {
-      kv_.Wait(id, *gen, std::move(keys), with_values, timeout, std::move(done),
-               deferred);
-    }
-  }
-  if (!error.ok()) return done(error);
-  for (auto& f : deferred) f();
+  // `done` is moved only when the wait parks, so it still answers an error.
+  absl::Status parked = Park(generation, [&](int64_t gen, Deferred& deferred) {
+    kv_.Wait(id, gen, std::move(keys), with_values, timeout, std::move(done),
+             deferred);
+  });
+  if (!parked.ok()) done(parked);
 }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::KvAdd(
@@ -182,21 +172,26 @@ void CoordinatorCore::GetUniqueId(WaitId id, int64_t generation,
         "get unique id: timeout ", timeout.count(), " ms is negative")));
   }
   timeout = WaitTimeout(timeout);
+  absl::Status parked = Park(generation, [&](int64_t gen, Deferred& deferred) {
+    kv_.GetUniqueId(id, gen, group, timeout, std::move(done), deferred);
+  });
+  if (!parked.ok()) done(parked);
+}
+
+absl::Status CoordinatorCore::Park(
+    int64_t generation, const std::function<void(int64_t, Deferred&)>& park) {
   Deferred deferred;
-  absl::Status error;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
-    if (!gen.ok()) {
-      error = gen.status();
-    } else if (shutting_down_) {
-      error = absl::UnavailableError("coordinator is shutting down");
-    } else {
-      kv_.GetUniqueId(id, *gen, group, timeout, std::move(done), deferred);
+    if (!gen.ok()) return gen.status();
+    if (shutting_down_) {
+      return absl::UnavailableError("coordinator is shutting down");
     }
+    park(*gen, deferred);
   }
-  if (!error.ok()) return done(error);
   for (auto& f : deferred) f();
+  return absl::OkStatus();
 }
 
 }  // namespace ccl::coordinator
