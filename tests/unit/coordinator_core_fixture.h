@@ -1,5 +1,6 @@
 // The fixture of the coordinator core tests (coordinator_core_test.cc,
-// coordinator_kv_test.cc): the core without gRPC, heartbeat expiry on an
+// coordinator_kv_test.cc; coordinator_scale_test.cc takes its helpers): the
+// core without gRPC, heartbeat expiry on an
 // injected clock, wait deadlines on short real timeouts.
 #ifndef CCL_TESTS_UNIT_COORDINATOR_CORE_FIXTURE_H_
 #define CCL_TESTS_UNIT_COORDINATOR_CORE_FIXTURE_H_
@@ -50,6 +51,18 @@ class Result {
       promise_->get_future().share();
 };
 
+// What each test worker proves itself with, as a ccworker brings its own.
+inline std::string Secret(const std::string& worker_id) {
+  return "secret-of-" + worker_id + "-0123456789abcdef0123456789abcdef";
+}
+
+inline HeartbeatRequest Beat(int rank, int64_t generation,
+                             const std::string& worker_id, int64_t count = 0,
+                             int64_t bytes = 0, std::string reason = "") {
+  return HeartbeatRequest{rank,  generation,        worker_id,        count,
+                          bytes, std::move(reason), Secret(worker_id)};
+}
+
 class FakeClock {
  public:
   std::chrono::steady_clock::time_point Now() const {
@@ -80,19 +93,28 @@ class CoordinatorCoreTest : public ::testing::Test {
     return *core_;
   }
 
-  std::unique_ptr<Result<RegisterResult>> Register(
-      const std::string& worker_id, std::optional<int> rank = std::nullopt,
-      milliseconds timeout = milliseconds(0)) {
-    auto result = std::make_unique<Result<RegisterResult>>();
+  // A worker's registration at its own address, proved by its secret.
+  RegisterRequest Request(const std::string& worker_id, milliseconds timeout) {
     RegisterRequest request;
     request.address = "10.0.0.1:" + std::to_string(5000 + addresses_++);
     request.host = "node";
     request.worker_id = worker_id;
     request.secret = Secret(worker_id);
-    request.requested_rank = rank;
     request.timeout = timeout;
+    return request;
+  }
+  std::unique_ptr<Result<RegisterResult>> Send(RegisterRequest request) {
+    auto result = std::make_unique<Result<RegisterResult>>();
     core_->Register(core_->NewWaitId(), std::move(request), result->callback());
     return result;
+  }
+
+  std::unique_ptr<Result<RegisterResult>> Register(
+      const std::string& worker_id, std::optional<int> rank = std::nullopt,
+      milliseconds timeout = milliseconds(0)) {
+    RegisterRequest request = Request(worker_id, timeout);
+    request.requested_rank = rank;
+    return Send(std::move(request));
   }
 
   // As a ccworker on a CUDA device registers: asking for the world's NCCL
@@ -101,17 +123,10 @@ class CoordinatorCoreTest : public ::testing::Test {
       const std::string& worker_id, int ranks_per_root,
       milliseconds timeout = milliseconds(0),
       std::optional<std::chrono::steady_clock::time_point> reply_by = {}) {
-    auto result = std::make_unique<Result<RegisterResult>>();
-    RegisterRequest request;
-    request.address = "10.0.0.1:" + std::to_string(5000 + addresses_++);
-    request.host = "node";
-    request.worker_id = worker_id;
-    request.secret = Secret(worker_id);
-    request.timeout = timeout;
+    RegisterRequest request = Request(worker_id, timeout);
     request.nccl_ranks_per_root = ranks_per_root;
     request.reply_by = reply_by;
-    core_->Register(core_->NewWaitId(), std::move(request), result->callback());
-    return result;
+    return Send(std::move(request));
   }
 
   // Registers `n` workers "w0".."w{n-1}" in order and returns their ranks.
@@ -133,16 +148,6 @@ class CoordinatorCoreTest : public ::testing::Test {
     return core_->Heartbeat(Beat(rank, generation, worker_id)).status();
   }
 
-  // What each test worker proves itself with, as a ccworker brings its own.
-  static std::string Secret(const std::string& worker_id) {
-    return "secret-of-" + worker_id + "-0123456789abcdef0123456789abcdef";
-  }
-  HeartbeatRequest Beat(int rank, int64_t generation,
-                        const std::string& worker_id, int64_t count = 0,
-                        int64_t bytes = 0, std::string reason = "") {
-    return HeartbeatRequest{rank,  generation,        worker_id,        count,
-                            bytes, std::move(reason), Secret(worker_id)};
-  }
   absl::StatusOr<int64_t> Leave(int rank, int64_t generation,
                                 const std::string& worker_id) {
     return core_->Deregister(rank, generation, worker_id, Secret(worker_id));

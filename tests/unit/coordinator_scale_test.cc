@@ -15,6 +15,7 @@
 #include "coordinator/roster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/coordinator_core_fixture.h"
 
 namespace ccl::coordinator {
 namespace {
@@ -117,31 +118,9 @@ TEST(RosterTest, KeepReadyRenumbersInOrderAndReindexes) {
   EXPECT_EQ(roster.LowestFree(), std::nullopt);
 }
 
-template <typename T>
-class Result {
- public:
-  Callback<T> callback() {
-    auto promise = promise_;
-    return [promise](absl::StatusOr<T> r) { promise->set_value(std::move(r)); };
-  }
-  bool ready() const {
-    return future_.wait_for(std::chrono::seconds(0)) ==
-           std::future_status::ready;
-  }
-  absl::StatusOr<T> Get() const {
-    if (future_.wait_for(std::chrono::seconds(5)) !=
-        std::future_status::ready) {
-      return absl::InternalError("test: the callback never ran");
-    }
-    return future_.get();
-  }
-
- private:
-  std::shared_ptr<std::promise<absl::StatusOr<T>>> promise_ =
-      std::make_shared<std::promise<absl::StatusOr<T>>>();
-  std::shared_future<absl::StatusOr<T>> future_ =
-      promise_->get_future().share();
-};
+using core_testing::Beat;
+using core_testing::Result;
+using core_testing::Secret;
 
 class CoordinatorScaleTest : public ::testing::Test {
  protected:
@@ -188,16 +167,6 @@ class CoordinatorScaleTest : public ::testing::Test {
   const std::chrono::steady_clock::time_point base_ =
       std::chrono::steady_clock::now();
   std::atomic<int64_t> offset_ms_{0};
-  // What each test worker proves itself with, as a ccworker brings its own.
-  static std::string Secret(const std::string& worker_id) {
-    return "secret-of-" + worker_id + "-0123456789abcdef0123456789abcdef";
-  }
-  HeartbeatRequest Beat(int rank, int64_t generation,
-                        const std::string& worker_id, int64_t count = 0,
-                        int64_t bytes = 0, std::string reason = "") {
-    return HeartbeatRequest{rank,  generation,        worker_id,        count,
-                            bytes, std::move(reason), Secret(worker_id)};
-  }
   absl::StatusOr<int64_t> Leave(int rank, int64_t generation,
                                 const std::string& worker_id) {
     return core_->Deregister(rank, generation, worker_id, Secret(worker_id));
