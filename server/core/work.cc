@@ -57,7 +57,7 @@ bool Work::done() const {
 
 absl::Status Work::Wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_cv_.wait_for(lock, timeout, [&] { return IsDone(state_); })) {
+  if (!done_cv_.wait_for(lock, timeout, [&] { return callbacks_ran_; })) {
     return absl::DeadlineExceededError(
         absl::StrCat(Describe(), " is still ",
                      state_ == WorkState::kQueued ? "queued" : "running",
@@ -121,8 +121,12 @@ void Work::Finish(absl::Status status, double device_us, bool annotate) {
     timing_.total_us = MicrosSince(enqueued_);
     callbacks.swap(callbacks_);
   }
-  done_cv_.notify_all();
   for (auto& callback : callbacks) callback();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    callbacks_ran_ = true;
+  }
+  done_cv_.notify_all();
 }
 
 }  // namespace ccl

@@ -37,6 +37,7 @@ class Work {
   OpTiming timing() const;
   // Blocks the caller (never a gRPC thread) up to `timeout`;
   // DEADLINE_EXCEEDED if still queued or running then, the status otherwise.
+  // Returns after every OnDone callback registered before the end has run.
   absl::Status Wait(std::chrono::milliseconds timeout);
   // Runs `callback` once the work is done: on the thread that finishes it
   // (an executor), or at once if it already is. Callbacks must not block.
@@ -89,6 +90,10 @@ class Work {
   absl::Status status_;
   OpTiming timing_;
   std::vector<std::function<void()>> callbacks_;
+  // Set once the callbacks taken at the end have run: Wait returns only
+  // then, so a waiter never sees the work done while its callbacks still
+  // run on the executor (they may reference what the waiter frees next).
+  bool callbacks_ran_ = false;
 };
 
 }  // namespace ccl
