@@ -113,4 +113,17 @@ bool FreeTemporaries(ClusterClient& client,
 
 void PrintJson(const nlohmann::json& document);
 
+// A tensor's first elements as a person reads them and as JSON, exactly: a
+// summary's head travels as doubles, which do not hold every int64, so an
+// int64 head is read back as raw bytes (JSON numbers as int64 then).
+struct ShownHead {
+  std::vector<std::string> text;
+  nlohmann::json json;
+  bool truncated = false;  // the tensor has more elements than shown
+  // "[1, 2, ...]"
+  std::string Render() const;
+};
+ShownHead ExactHead(ClusterClient& client, int rank, const std::string& name,
+                    const TensorSummary& summary);
+
 }  // namespace ccl::ctl

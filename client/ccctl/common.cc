@@ -1,10 +1,13 @@
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/ccctl/ccctl.h"
 #include "client/ccctl/format.h"
+#include "client/ccctl/values.h"
 
 namespace ccl::ctl {
 
@@ -84,6 +87,44 @@ int Fail(const absl::Status& status, bool usage) {
 
 void PrintJson(const nlohmann::json& document) {
   std::cout << document.dump(2) << std::endl;
+}
+
+ShownHead ExactHead(ClusterClient& client, int rank, const std::string& name,
+                    const TensorSummary& summary) {
+  ShownHead shown;
+  const DType dtype = summary.info.dtype;
+  shown.truncated =
+      summary.info.numel > static_cast<int64_t>(summary.head.size());
+  if (!DoubleHoldsEveryValue(dtype) && !summary.head.empty()) {
+    auto raw =
+        client.Read(rank, name, 0, static_cast<int64_t>(summary.head.size()));
+    if (raw.ok()) {
+      shown.text = DecodeValues(dtype, *raw);
+      shown.json = nlohmann::json::array();
+      for (const std::string& value : shown.text) {
+        shown.json.push_back(std::stoll(value));
+      }
+      return shown;
+    }
+    // The tensor changed or went away between the two reads: the doubles
+    // are what there is; a value beyond 2^53 says it is near, not exact.
+  }
+  shown.json = summary.head;
+  for (double value : summary.head) {
+    std::string text = FormatValue(value, dtype);
+    if (!DoubleHoldsEveryValue(dtype) &&
+        std::fabs(value) > 9007199254740992.0) {
+      text = "~" + text;
+    }
+    shown.text.push_back(std::move(text));
+  }
+  return shown;
+}
+
+std::string ShownHead::Render() const {
+  std::string out = "[" + absl::StrJoin(text, ", ");
+  if (truncated) out += text.empty() ? "..." : ", ...";
+  return out + "]";
 }
 
 }  // namespace ccl::ctl

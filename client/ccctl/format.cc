@@ -116,17 +116,6 @@ std::string FormatValue(double value, DType dtype) {
   return text;
 }
 
-std::string FormatValues(const std::vector<double>& values, DType dtype,
-                         bool truncated) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i) out += ", ";
-    out += FormatValue(values[i], dtype);
-  }
-  if (truncated) out += values.empty() ? "..." : ", ...";
-  return out + "]";
-}
-
 std::string FormatBytes(int64_t bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);

@@ -23,8 +23,6 @@ absl::StatusOr<std::vector<double>> ParseDoubleList(std::string_view text);
 
 // torch-like: floats always show a decimal point ("10.0"), integers don't.
 std::string FormatValue(double value, DType dtype);
-std::string FormatValues(const std::vector<double>& values, DType dtype,
-                         bool truncated = false);
 // 1536 -> "1.5 KiB"
 std::string FormatBytes(int64_t bytes);
 

@@ -112,10 +112,10 @@ void PrintOpResults(const Globals& globals, ClusterClient& client,
     if (auto it = summaries.find(r.rank); it != summaries.end()) {
       const absl::StatusOr<TensorSummary>& summary = it->second;
       if (summary.ok()) {
-        entry["values"] = summary->head;
-        values_text = FormatValues(
-            summary->head, summary->info.dtype,
-            summary->info.numel > static_cast<int64_t>(summary->head.size()));
+        const ShownHead head =
+            ExactHead(client, r.rank, result_tensor, *summary);
+        entry["values"] = head.json;
+        values_text = head.Render();
       } else {
         values_text = StatusText(summary.status());
       }

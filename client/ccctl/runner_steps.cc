@@ -217,13 +217,10 @@ Outcome Runner::Read(const Step& step) {
   for (const auto& r : results) {
     if (!r.result.ok()) continue;
     const TensorSummary& summary = *r.result;
-    const bool truncated =
-        summary.info.numel > static_cast<int64_t>(summary.head.size());
-    outcome.lines.push_back(absl::StrCat(
-        "rank ", r.rank, ": ",
-        FormatValues(summary.head, summary.info.dtype, truncated)));
+    const ShownHead head = ExactHead(client_, r.rank, step.tensor, summary);
+    outcome.lines.push_back(absl::StrCat("rank ", r.rank, ": ", head.Render()));
     ranks.push_back({{"rank", r.rank},
-                     {"values", summary.head},
+                     {"values", head.json},
                      {"numel", summary.info.numel},
                      {"sum", summary.sum}});
   }

@@ -208,35 +208,13 @@ int Read(Globals& globals, const ReadArgs& args) {
   if (!ranks.ok()) return Fail(ranks.status(), true);
   const auto results = (*client)->Summarize(*ranks, args.name, args.limit);
   const bool failed = ReportRankErrors(results);
-  // The summary's head travels as doubles, which do not hold every int64:
-  // those are read back as raw bytes and printed exactly.
-  auto head_of = [&](int rank,
-                     const TensorSummary& summary) -> std::vector<std::string> {
-    const DType dtype = summary.info.dtype;
-    if (!DoubleHoldsEveryValue(dtype) && !summary.head.empty()) {
-      auto raw = (*client)->Read(rank, args.name, 0,
-                                 static_cast<int64_t>(summary.head.size()));
-      if (raw.ok()) return DecodeValues(dtype, *raw);
-    }
-    std::vector<std::string> text;
-    for (double value : summary.head) text.push_back(FormatValue(value, dtype));
-    return text;
-  };
   if (globals.json()) {
     nlohmann::json document = nlohmann::json::array();
     for (const auto& r : results) {
       if (!r.result.ok()) continue;
       nlohmann::json entry = ToJson(*r.result);
       entry["rank"] = r.rank;
-      entry["values"] = entry["head"];
-      if (!DoubleHoldsEveryValue(r.result->info.dtype)) {
-        // Exact integers (JSON numbers as int64), not the doubles' head.
-        nlohmann::json exact = nlohmann::json::array();
-        for (const std::string& value : head_of(r.rank, *r.result)) {
-          exact.push_back(std::stoll(value));
-        }
-        entry["values"] = exact;
-      }
+      entry["values"] = ExactHead(**client, r.rank, args.name, *r.result).json;
       document.push_back(entry);
     }
     PrintJson(document);
@@ -246,11 +224,8 @@ int Read(Globals& globals, const ReadArgs& args) {
       if (!r.result.ok()) continue;
       const TensorSummary& summary = *r.result;
       const DType shown = summary.info.dtype;
-      std::string values = "[" + absl::StrJoin(head_of(r.rank, summary), ", ");
-      if (summary.info.numel > static_cast<int64_t>(summary.head.size())) {
-        values += summary.head.empty() ? "..." : ", ...";
-      }
-      values += "]";
+      const std::string values =
+          ExactHead(**client, r.rank, args.name, summary).Render();
       // Sum, min and max are the worker's, as doubles: beyond 2^53 an int64
       // one is near, not exact, and says so.
       auto approximate = [&](double value, DType dtype) {

@@ -225,6 +225,30 @@ TEST_F(CcctlTest, IntegersRoundTripExactlyAndOutOfRangeIsRefused) {
   EXPECT_EQ(Ccctl("tensor free small --ranks 0").exit_code, 0);
 }
 
+// A collective's output shows its int64 results as exactly as `tensor read`
+// does: 2^53 + 1 summed with zeros stays 2^53 + 1, not the double nearest.
+TEST_F(CcctlTest, CollectiveOutputShowsInt64Exactly) {
+  ASSERT_EQ(
+      Ccctl("tensor alloc wide --shape 2 --dtype int64 --fill zeros").exit_code,
+      0);
+  ASSERT_EQ(Ccctl("tensor write wide --rank 0 --values 9007199254740993,-3")
+                .exit_code,
+            0);
+  Result table = Ccctl("allreduce --tensor wide --op sum");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("[9007199254740993, -3]"), std::string::npos)
+      << table.out;
+  Result json = Ccctl("allreduce --tensor wide --op max -o json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto document = nlohmann::json::parse(json.out);
+  ASSERT_EQ(document.size(), 4u) << json.out;
+  for (const auto& entry : document) {
+    EXPECT_EQ(entry["values"][0].get<int64_t>(), int64_t{9007199254740993})
+        << json.out;
+  }
+  EXPECT_EQ(Ccctl("tensor free wide").exit_code, 0);
+}
+
 TEST_F(CcctlTest, ExitCodes) {
   // Bad usage: 2, before any RPC.
   EXPECT_EQ(Ccctl("allreduce --op xor").exit_code, 2);
