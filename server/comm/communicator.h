@@ -74,6 +74,13 @@ struct BoundOp {
   // CANCELLED before any data moves: a rank that dropped it alone would
   // leave the others waiting inside it. Only with kCheck.
   bool withdrawn = false;
+  // This rank refused the op (a tensor it does not hold, is busy, or does
+  // not fit the op) and stands in for it at its seq: no buffers, only the
+  // agreement, which fails the op on every rank with FAILED_PRECONDITION
+  // before any data moves. Were the seq given back instead, the other ranks
+  // would run on to the next seq out of step with this one and abort the
+  // communicator, failing every client's ops. Only with kCheck.
+  bool refused = false;
 };
 
 // How LaunchBatch runs a batch of ops.

@@ -42,15 +42,30 @@ OpFingerprint FingerprintOf(const BoundOp& op, int rank) {
                        rooted ? op.root : -1,
                        op.peer,
                        op.seq,
-                       op.withdrawn ? 1 : 0,
+                       op.refused     ? kRefusedVote
+                       : op.withdrawn ? 1
+                                      : 0,
                        0};
 }
 
 absl::Status CheckWithdrawn(int64_t seq,
                             const std::vector<OpFingerprint>& all) {
   std::vector<int32_t> ranks;
+  std::vector<int32_t> refused;
   for (const OpFingerprint& f : all) {
-    if (f.withdrawn != 0) ranks.push_back(f.rank);
+    if (f.withdrawn == kRefusedVote) {
+      refused.push_back(f.rank);
+    } else if (f.withdrawn != 0) {
+      ranks.push_back(f.rank);
+    }
+  }
+  if (!refused.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "seq ", seq, " was refused at ",
+        refused.size() == 1 ? "rank " : "ranks ", absl::StrJoin(refused, ", "),
+        " (its caller there was told why: a tensor that rank does not hold, "
+        "one that is busy, or one that does not fit the op), so no rank ran "
+        "it and nothing was sent"));
   }
   if (ranks.empty()) return absl::OkStatus();
   return absl::CancelledError(absl::StrCat(

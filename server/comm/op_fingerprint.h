@@ -28,18 +28,24 @@ struct OpFingerprint {
   // client died mid-submit, or a rank refused it) would pair different ops
   // from then on; the seq shows it.
   int64_t seq;
-  int32_t withdrawn;  // BoundOp::withdrawn
-  int32_t reserved;   // a bench's stop vote (bench_work.cc); 0 for ops
+  // BoundOp::withdrawn (1, or a bench's stop vote), or kRefusedVote for
+  // BoundOp::refused.
+  int32_t withdrawn;
+  int32_t reserved;  // a bench's stop vote (bench_work.cc); 0 for ops
 };
 static_assert(sizeof(OpFingerprint) == 48);
+// OpFingerprint::withdrawn of a rank that refused the op: negative, so a
+// bench's stop votes (1 and up) never read as one.
+inline constexpr int32_t kRefusedVote = -1;
 
 OpFingerprint FingerprintOf(const BoundOp& op, int rank);
 // "rank 1 runs all_reduce of 8 float32 (sum)".
 std::string Describe(const OpFingerprint& f);
 
-// CANCELLED naming the ranks whose op was withdrawn (BoundOp::withdrawn),
-// OK if none was. Every rank sees the same fingerprints, so every rank drops
-// the op alike.
+// FAILED_PRECONDITION naming the ranks that refused the op (BoundOp::
+// refused), else CANCELLED naming those whose op was withdrawn
+// (BoundOp::withdrawn), OK if none. Every rank sees the same fingerprints,
+// so every rank drops the op alike.
 absl::Status CheckWithdrawn(int64_t seq, const std::vector<OpFingerprint>& all);
 
 // INVALID_ARGUMENT naming every rank that differs from rank 0 when the

@@ -49,4 +49,26 @@ class OpWork final : public Work, public ExecutorTask {
   bool held_ = false;
 };
 
+// What a rank runs at the seq of an op it refused (RefusalStandIn): the
+// op's agreement, which fails it on every rank. No Work: the refusal was
+// already the caller's answer.
+class RefusedOpTask final : public ExecutorTask {
+ public:
+  explicit RefusedOpTask(BoundOp stand_in) : op_(stand_in) {}
+  int64_t seq() const override { return op_.seq; }
+  std::chrono::milliseconds timeout() const override { return op_.timeout; }
+  bool involves_every_rank() const override {
+    return op_.kind != OpKind::kSend && op_.kind != OpKind::kRecv;
+  }
+  void Start() override {}
+  absl::StatusOr<std::unique_ptr<CommWork>> Launch(
+      Communicator& comm) override {
+    return comm.Launch(op_);
+  }
+  void Complete(absl::Status, double) override {}
+
+ private:
+  const BoundOp op_;
+};
+
 }  // namespace ccl

@@ -233,4 +233,46 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
   return out;
 }
 
+std::optional<BoundOp> RefusalStandIn(
+    const OpSpec& spec, const Communicator& comm,
+    std::chrono::milliseconds default_timeout) {
+  if (!spec.agree || spec.seq < 0 || spec.timeout.count() < 0) {
+    return std::nullopt;
+  }
+  switch (spec.kind) {
+    case OpKind::kAllReduce:
+    case OpKind::kBroadcast:
+    case OpKind::kReduce:
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kGather:
+    case OpKind::kScatter:
+    case OpKind::kAllToAll:
+    case OpKind::kBarrier:
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      break;
+    default:
+      return std::nullopt;
+  }
+  const int world = comm.size();
+  if (HasRoot(spec.kind) && (spec.root < 0 || spec.root >= world)) {
+    return std::nullopt;
+  }
+  if ((spec.kind == OpKind::kSend || spec.kind == OpKind::kRecv) &&
+      (spec.peer < 0 || spec.peer >= world || spec.peer == comm.rank())) {
+    return std::nullopt;
+  }
+  BoundOp op;
+  op.kind = spec.kind;
+  op.root = spec.root;
+  op.peer = spec.peer;
+  op.reduce_op = spec.reduce_op;
+  op.seq = spec.seq;
+  op.timeout = spec.timeout.count() > 0 ? spec.timeout : default_timeout;
+  op.agreement = Agreement::kCheck;
+  op.refused = true;
+  return op;
+}
+
 }  // namespace ccl

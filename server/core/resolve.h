@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,5 +28,15 @@ struct Resolved {
 absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
                                  TensorStore& store,
                                  std::chrono::milliseconds default_timeout);
+
+// What this rank runs at the seq of an op it refused for its own tensors
+// (BoundOp::refused): the op's agreement and nothing else, so that the
+// ranks that accepted it fail it cleanly instead of running on out of
+// step. Only for a request that is itself well formed (a known kind other
+// than nop, its root or peer a rank of the group, the agreement on): a
+// malformed one is refused alike everywhere, and its seq is given back.
+std::optional<BoundOp> RefusalStandIn(
+    const OpSpec& spec, const Communicator& comm,
+    std::chrono::milliseconds default_timeout);
 
 }  // namespace ccl

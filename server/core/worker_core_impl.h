@@ -140,14 +140,14 @@ class WorkerCoreImpl final : public WorkerCore {
     auto resolved = Resolve(normalized, executor->communicator(), store_,
                             config_.default_op_timeout);
     if (!resolved.ok()) {
-      return RefuseSpec(*executor, normalized, 1, resolved.status());
+      return RefuseInStep(*executor, normalized, resolved.status());
     }
     const int64_t id = next_work_id_.fetch_add(1);
     auto work = std::make_shared<OpWork>(id, normalized, resolved->op,
                                          resolved->tensors, &store_);
     if (absl::Status s = store_.Hold(resolved->tensors, id, work->Describe());
         !s.ok()) {
-      return RefuseSpec(*executor, normalized, 1, s);
+      return RefuseInStep(*executor, normalized, s);
     }
     work->MarkHeld();
     FlightEntry entry{normalized, resolved->op.dtype, resolved->op.count, work};
@@ -511,6 +511,30 @@ class WorkerCoreImpl final : public WorkerCore {
                                "seq ", spec.seq, " of group ", spec.group,
                                " was taken by a refused request (",
                                reason.message(), "); reserve a new one")));
+    return RecordRefusal(spec, std::move(reason));
+  }
+
+  // Refuses one op whose request is well formed but which this rank cannot
+  // run (its tensors: missing, busy, of the wrong size or dtype). The other
+  // ranks may well have accepted it (a restarted rank lost the tensor;
+  // another client holds it here): this rank stands in for it at its seq
+  // (RefusalStandIn), so they fail it cleanly in its agreement, naming this
+  // rank, and the group goes on. Given back instead, the seq would put this
+  // rank a step ahead of them, and the communicator would be aborted at the
+  // next op, failing every client's ops until the world re-forms.
+  absl::Status RefuseInStep(Executor& executor, const OpSpec& spec,
+                            absl::Status reason) {
+    std::optional<BoundOp> stand_in = RefusalStandIn(
+        spec, executor.communicator(), config_.default_op_timeout);
+    if (!stand_in) return RefuseSpec(executor, spec, 1, std::move(reason));
+    // Refused by the executor: the seq itself is the problem (taken, lost,
+    // too far ahead), and it is not this request's to take.
+    (void)executor.Enqueue(std::make_shared<RefusedOpTask>(*stand_in));
+    return RecordRefusal(spec, std::move(reason));
+  }
+
+  // The flight recorder's and the metrics' record of a refused request.
+  absl::Status RecordRefusal(const OpSpec& spec, absl::Status reason) {
     flight_.Record(FlightEntry{spec, DType::kFloat32, 0, nullptr, -1, reason});
     if (config_.on_op_done) {
       OpRecord record;

@@ -176,12 +176,14 @@ TEST(Validation, RefusesBadOpsBeforeQueueing) {
         << status << " should mention " << mention;
   };
   using S = absl::StatusCode;
-  // Each refused op still takes its seq; rank 1 sees nops there, as ranks
-  // outside an op do.
+  // Each refused op still takes its seq. Rank 1 is sent the same op, as
+  // a client does, and holds none of the tensors: it refuses too (NOT_FOUND)
+  // and both stand in for the op at its seq (or, where the request itself
+  // is malformed, both give the seq back).
   int64_t seq = 0;
   auto next = [&](OpSpec spec) {
     spec.seq = seq;
-    EXPECT_TRUE(w[1].Submit(Op(OpKind::kNop, seq)).ok());
+    EXPECT_FALSE(w[1].Submit(spec).ok());
     ++seq;
     return spec;
   };
@@ -211,6 +213,9 @@ TEST(Validation, RefusesBadOpsBeforeQueueing) {
   OpSpec generation = Op(OpKind::kBarrier, seq);
   generation.generation = 7;
   expect(S::kFailedPrecondition, generation, "generation");
+  // A generation this worker has not reached takes its seq all the same
+  // (the client most likely reserved it): on rank 1 too.
+  EXPECT_EQ(w[1].Submit(generation).status().code(), S::kFailedPrecondition);
   // premul_sum scales in floating point on every backend.
   OpSpec premul = Op(OpKind::kAllReduce, 0, "i4");
   premul.reduce_op = ReduceOp::kPremulSum;
@@ -236,6 +241,54 @@ TEST(Validation, RefusesBadOpsBeforeQueueing) {
   ASSERT_TRUE(a->Wait(std::chrono::seconds(5)).ok()) << a->status();
   ASSERT_TRUE(b->Wait(std::chrono::seconds(5)).ok()) << b->status();
   EXPECT_EQ(ReadAll(w[1], "bf"), (std::vector<double>{0, 0, 0, 0}));
+}
+
+// An op one rank refuses for its own tensors (a restarted rank lost one;
+// another client holds it there) fails on every rank, naming that rank,
+// with nothing sent, and the group goes on: the refusing rank stands in for
+// the op in its agreement rather than running ahead of the others, which
+// would abort the communicator and fail every later op until a re-form.
+TEST(Validation, AnOpOneRankRefusesFailsEverywhereAndTheGroupGoesOn) {
+  World w(3);
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(Alloc(w[r], "t", DType::kFloat32, 2, {FillKind::kOnes}).ok());
+  }
+  ASSERT_TRUE(Alloc(w[1], "other", DType::kFloat32, 2, {FillKind::kOnes}).ok());
+  auto a = SubmitOk(w[0], Op(OpKind::kAllReduce, 0, "t"));
+  EXPECT_EQ(w[1].Submit(Op(OpKind::kAllReduce, 0, "t")).status().code(),
+            absl::StatusCode::kNotFound);
+  auto c = SubmitOk(w[2], Op(OpKind::kAllReduce, 0, "t"));
+  for (auto* work : {&a, &c}) {
+    const absl::Status status = (*work)->Wait(kWait);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find("refused at rank 1"), std::string::npos)
+        << status;
+  }
+  // Nothing was sent, and the next seq runs on the same communicator.
+  EXPECT_EQ(ReadAll(w[0], "t"), (std::vector<double>{1, 1}));
+  ASSERT_TRUE(Alloc(w[1], "t", DType::kFloat32, 2, {FillKind::kOnes}).ok());
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < 3; ++r) {
+    works.push_back(SubmitOk(w[r], Op(OpKind::kAllReduce, 1, "t")));
+  }
+  for (auto& work : works)
+    ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
+  EXPECT_EQ(ReadAll(w[1], "t"), (std::vector<double>{3, 3}));
+  // A send refused at its sender fails its recv the same way.
+  auto recv = SubmitOk(w[2], [] {
+    OpSpec spec = Op(OpKind::kRecv, 2, "t");
+    spec.peer = 0;
+    return spec;
+  }());
+  OpSpec send = Op(OpKind::kSend, 2, "missing");
+  send.peer = 2;
+  EXPECT_EQ(w[0].Submit(send).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(w[1].Submit(Op(OpKind::kNop, 2)).ok());
+  const absl::Status received = recv->Wait(kWait);
+  EXPECT_EQ(received.code(), absl::StatusCode::kFailedPrecondition) << received;
+  EXPECT_NE(received.message().find("refused at rank 0"), std::string::npos)
+      << received;
+  EXPECT_EQ(ReadAll(w[2], "t"), (std::vector<double>{3, 3}));
 }
 
 TEST(Validation, NoWorldYet) {
