@@ -268,12 +268,21 @@ class Checker:
         # Failures a fault explains whenever they happen (a replaced rank
         # lost what it held); the others must fall inside a fault's window.
         unexplained = []
+        refused = []
+        refusals_explained = False
         for key, (code, details) in e.get("errs", {}).items():
             self.stats["failed_by_code"][code] = \
                 self.stats["failed_by_code"].get(code, 0) + 1
             rank = None if key == "c" else int(key)
             if code == "NOT_FOUND":
-                self.not_found(b, e, where, rank, key, details, made)
+                if self.not_found(b, e, where, rank, key, details, made):
+                    refusals_explained = True
+                continue
+            if code == "FAILED_PRECONDITION" and " was refused at rank" in \
+                    details:
+                # The ranks that accepted an op another rank refused: as
+                # explained as that refusal (below, once all are seen).
+                refused.append((key, code, details))
                 continue
             unexplained.append((key, code, details))
             if code not in ALLOWED:
@@ -287,6 +296,8 @@ class Checker:
                                f"{where}: rank {rank} never answered within "
                                f"the RPC deadline and was not stopped",
                                client=b["c"], op=b["i"])
+        if not refusals_explained:
+            unexplained.extend(refused)
         if unexplained and not self.in_window(t0, t1):
             self.violation("unexplained",
                            f"{where}: failed at {t1:.2f} with no fault in "
@@ -294,6 +305,8 @@ class Checker:
                            client=b["c"], op=b["i"])
 
     def not_found(self, b, e, where, rank, key, details, made):
+        """A violation unless a fault explains the NOT_FOUND; True if one
+        does (a replaced rank lost the tensor or the work)."""
         t0, t1 = b["t0"], e["t1"]
         if "no group named" in details:
             # A subgroup a re-form dropped.
@@ -305,19 +318,19 @@ class Checker:
         if "no async work with id" in details:
             # Waited for on a worker that was replaced since the submit.
             if rank is not None and self.killed_between(rank, t0, t1):
-                return
+                return True
         elif "no tensor named" in details:
             # A free after a failed alloc, or of a tensor a replaced rank
             # lost, may find nothing on some ranks; otherwise the tensor's
             # rank must have been replaced since it was made there.
             if b["kind"] == "free" and b.get("why") in ("alloc_failed",
                                                         "lost"):
-                return
+                return True
             if rank is not None and any(
                     self.killed_between(rank, t, t1)
                     for (name, r), t in made.items()
                     if r == rank and f"'{name}'" in details):
-                return
+                return True
         self.violation("bad code", f"{where}: NOT_FOUND on rank {key} "
                        f"without its worker being replaced: {details}",
                        client=b["c"], op=b["i"])

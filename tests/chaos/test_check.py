@@ -256,6 +256,33 @@ def test_not_found_after_the_rank_was_replaced_is_allowed(tmp_path):
     assert h.check()["ok"]
 
 
+def test_ranks_failing_an_op_a_replaced_rank_refused_are_explained(
+        tmp_path):
+    # Long after its restart, rank 0 refuses an op on a tensor it lost; the
+    # rank that accepted it fails it naming rank 0. Both are explained by
+    # the replacement; without it, the NOT_FOUND is a bad code and the
+    # other rank's failure is unexplained.
+    refused = ["FAILED_PRECONDITION", "all_reduce seq 5 of group world: seq "
+               "5 was refused at rank 0 (its caller there was told why)"]
+    for replaced in (True, False):
+        h = History(tmp_path / str(replaced))
+        os.makedirs(h.dir)
+        h.fault(100.0, 100.05)
+        h.alloc("x", {0: [1], 1: [2]})
+        if replaced:
+            h.daemons.append({"ev": "signal", "proc": "w0", "sig": 9,
+                              "t": h.t + 0.001})
+        h.t += 20.0
+        h.collective(ok=False, errs={
+            "0": ["NOT_FOUND", "no tensor named 'x' (an input) on rank 0"],
+            "1": refused}, kind="all_reduce", ranks=(0, 1), reduce="sum")
+        report = h.check()
+        if replaced:
+            assert report["ok"], report["violations"]
+        else:
+            assert kinds(report) == ["bad code", "unexplained"]
+
+
 def test_slow_ops_and_unanswered_rpcs_are_caught(tmp_path):
     h = History(tmp_path)
     h.fault(100.0, 200.0)
