@@ -3,7 +3,8 @@
 # test but the GPU ones (those run on the GPU machine: scripts/gpu-check.sh)
 # and the Docker one (label docker: it installs and starts an engine and
 # builds the images; .ci/run runs it, and so does `ctest -L docker`), and
-# the randomized chaos run (label chaos: `ctest -L chaos`; tests/chaos/).
+# the randomized chaos run (label chaos: `ctest -L chaos`; tests/chaos/;
+# its fixed-seed run, chaos_seeded_test, is in).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
