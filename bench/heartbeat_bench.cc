@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/coordinator_process.h"
 #include "bench/simulated_world.h"
+#include "common/world_keys.h"
 
 namespace {
 
@@ -43,6 +44,7 @@ struct Options {
   int64_t max_rate = 4096;
   int channels = 64;
   std::string cccoord = ccl::bench::DefaultCoordinatorBinary();
+  bool progress = false;
 };
 
 double Percentile(std::vector<double>& values, double p) {
@@ -76,19 +78,21 @@ int Run(const Options& options) {
     std::printf("failed to form the world: %s\n", world.error.c_str());
     return 1;
   }
+  workers.set_progress(options.progress);
   // cccoord's sweep period (coordinator/main.cc).
   const int64_t sweep_ms =
       std::max<int64_t>(10, std::min<int64_t>(options.interval_ms, 1000));
   std::printf(
       "# N=%d formed in %.3f s; told interval %lld ms, timeout %lld ms "
       "(configured %lld / %lld, max rate %lld/s); sweep %lld ms; %d "
-      "channel(s)\n",
+      "channel(s)%s\n",
       options.n, world.formed_s, static_cast<long long>(world.interval_ms),
       static_cast<long long>(world.timeout_ms),
       static_cast<long long>(options.interval_ms),
       static_cast<long long>(options.timeout_ms),
       static_cast<long long>(options.max_rate),
-      static_cast<long long>(sweep_ms), options.channels);
+      static_cast<long long>(sweep_ms), options.channels,
+      options.progress ? "; every beat reports new progress" : "");
 
   const auto before = (*coordinator)->Sample();
   const Clock::time_point start = Clock::now();
@@ -122,6 +126,14 @@ int Run(const Options& options) {
   if (steady.failed > 0) {
     std::printf("# first failure: %s\n", steady.first_error.c_str());
   }
+  if (options.progress) {
+    // What the coordinator published from the beats (the arrival check
+    // reads these keys): the last finished_below of rank 0's worker.
+    const int rank = world.rank_of[0];
+    std::printf("# progress key %s reads \"%s\"\n",
+                ccl::ProgressKey("world", rank).c_str(),
+                workers.KvGet(world, ccl::ProgressKey("world", rank)).c_str());
+  }
 
   // The victim stops after one interval of normal beating; give the
   // detection its bound and ten seconds more.
@@ -150,7 +162,11 @@ int Run(const Options& options) {
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--seconds S] [--interval-ms I] [--timeout-ms T] "
-               "[--max-heartbeat-rate R] [--channels C] [--cccoord PATH] N\n",
+               "[--max-heartbeat-rate R] [--channels C] [--progress] "
+               "[--cccoord PATH] N\n"
+               "  --progress: every beat reports new progress for the world "
+               "group (finished_below), so the coordinator publishes a "
+               "progress key per beat\n",
                argv0);
   return 2;
 }
@@ -181,6 +197,8 @@ int main(int argc, char** argv) {
       ok = int64(options.max_rate);
     } else if (arg == "--channels") {
       ok = int32(options.channels) && options.channels > 0;
+    } else if (arg == "--progress") {
+      options.progress = true;
     } else if (arg == "--cccoord") {
       ok = i + 1 < argc;
       if (ok) options.cccoord = argv[++i];

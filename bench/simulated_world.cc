@@ -313,6 +313,7 @@ HeartbeatStats SimulatedWorld::Heartbeat(const FormedWorld& world,
   }
   const Clock::time_point end = start + duration;
   const Clock::time_point victim_stops = start + stop_victim_after;
+  std::vector<int64_t> beats_of(static_cast<size_t>(n), 0);
   while (!due.empty()) {
     const Clock::time_point now = Clock::now();
     if (now >= end) break;
@@ -336,6 +337,10 @@ HeartbeatStats SimulatedWorld::Heartbeat(const FormedWorld& world,
     call->request.set_generation(world.generation);
     call->request.set_worker_id(world.worker_id_of[w]);
     call->request.set_worker_secret(world.secret_of[w]);
+    if (progress_) {
+      (*call->request.mutable_finished_below())["world"] =
+          ++beats_of[static_cast<size_t>(w)];
+    }
     {
       std::lock_guard<std::mutex> lock(mutex);
       ++stats.sent;
@@ -374,6 +379,20 @@ HeartbeatStats SimulatedWorld::Heartbeat(const FormedWorld& world,
             : -1;
   }
   return stats;
+}
+
+std::string SimulatedWorld::KvGet(const FormedWorld& world,
+                                  const std::string& key) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::KvGetRequest request;
+  request.set_generation(world.generation);
+  request.set_key(key);
+  v1::KvGetResponse response;
+  const grpc::Status status = Stub(0)->KvGet(&context, request, &response);
+  if (!status.ok()) return Describe("KvGet", status);
+  return response.value();
 }
 
 }  // namespace ccl::bench

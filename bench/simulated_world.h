@@ -67,6 +67,16 @@ class SimulatedWorld {
   // one rank asked for starts once every member was heard from after it.
   int64_t BeatOnce(const FormedWorld& world);
 
+  // With progress on, every beat of Heartbeat also reports a new
+  // finished_below for the world group (as a worker whose ops advance
+  // between every two beats), so the coordinator publishes a progress key
+  // per beat: its worst case.
+  void set_progress(bool on) { progress_ = on; }
+
+  // The coordinator's value of `key` in the world's generation, or the
+  // error, as text (to show what a run left in the KV store).
+  std::string KvGet(const FormedWorld& world, const std::string& key);
+
   HeartbeatStats Heartbeat(const FormedWorld& world,
                            std::chrono::milliseconds duration, int victim_rank,
                            std::chrono::milliseconds stop_victim_after,
@@ -81,6 +91,7 @@ class SimulatedWorld {
   // The secret each worker was issued at its first registration, which
   // its later ones (a new generation) must bring, as ccworker's do.
   std::vector<std::string> secrets_;
+  bool progress_ = false;
 };
 
 }  // namespace ccl::bench
