@@ -8,15 +8,18 @@
 
 namespace ccl {
 
-absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
-                                 TensorStore& store,
-                                 std::chrono::milliseconds default_timeout) {
+namespace {
+
+// What the request itself says, checked against the group alone (its seq,
+// kind, root, peer and timeout), as the op's BoundOp without buffers.
+absl::StatusOr<BoundOp> RequestHeader(
+    const OpSpec& spec, const Communicator& comm,
+    std::chrono::milliseconds default_timeout) {
   const int rank = comm.rank();
   const int world = comm.size();
-  const std::string op_name = std::string(OpKindName(spec.kind));
-  const std::string what = DescribeOp(spec);
   auto fail = [&](const std::string& message) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
+    return absl::InvalidArgumentError(
+        absl::StrCat(DescribeOp(spec), ": ", message));
   };
   if (spec.seq < 0) return fail("seq must be >= 0");
   switch (spec.kind) {
@@ -57,9 +60,7 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
     }
   }
   if (spec.timeout.count() < 0) return fail("timeout must be >= 0");
-
-  Resolved out;
-  BoundOp& op = out.op;
+  BoundOp op;
   op.kind = spec.kind;
   op.root = spec.root;
   op.peer = spec.peer;
@@ -68,6 +69,24 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
   op.seq = spec.seq;
   op.timeout = spec.timeout.count() > 0 ? spec.timeout : default_timeout;
   op.agreement = spec.agree ? Agreement::kCheck : Agreement::kSkip;
+  return op;
+}
+
+}  // namespace
+
+absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
+                                 TensorStore& store,
+                                 std::chrono::milliseconds default_timeout) {
+  const int rank = comm.rank();
+  const int world = comm.size();
+  const std::string op_name = std::string(OpKindName(spec.kind));
+  const std::string what = DescribeOp(spec);
+  auto fail = [&](const std::string& message) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
+  };
+  Resolved out;
+  CCL_ASSIGN_OR_RETURN(out.op, RequestHeader(spec, comm, default_timeout));
+  BoundOp& op = out.op;
   if (spec.kind == OpKind::kBarrier || spec.kind == OpKind::kNop) return out;
 
   auto lookup =
@@ -236,43 +255,11 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
 std::optional<BoundOp> RefusalStandIn(
     const OpSpec& spec, const Communicator& comm,
     std::chrono::milliseconds default_timeout) {
-  if (!spec.agree || spec.seq < 0 || spec.timeout.count() < 0) {
-    return std::nullopt;
-  }
-  switch (spec.kind) {
-    case OpKind::kAllReduce:
-    case OpKind::kBroadcast:
-    case OpKind::kReduce:
-    case OpKind::kAllGather:
-    case OpKind::kReduceScatter:
-    case OpKind::kGather:
-    case OpKind::kScatter:
-    case OpKind::kAllToAll:
-    case OpKind::kBarrier:
-    case OpKind::kSend:
-    case OpKind::kRecv:
-      break;
-    default:
-      return std::nullopt;
-  }
-  const int world = comm.size();
-  if (HasRoot(spec.kind) && (spec.root < 0 || spec.root >= world)) {
-    return std::nullopt;
-  }
-  if ((spec.kind == OpKind::kSend || spec.kind == OpKind::kRecv) &&
-      (spec.peer < 0 || spec.peer >= world || spec.peer == comm.rank())) {
-    return std::nullopt;
-  }
-  BoundOp op;
-  op.kind = spec.kind;
-  op.root = spec.root;
-  op.peer = spec.peer;
-  op.reduce_op = spec.reduce_op;
-  op.seq = spec.seq;
-  op.timeout = spec.timeout.count() > 0 ? spec.timeout : default_timeout;
-  op.agreement = Agreement::kCheck;
-  op.refused = true;
-  return op;
+  if (!spec.agree || spec.kind == OpKind::kNop) return std::nullopt;
+  absl::StatusOr<BoundOp> op = RequestHeader(spec, comm, default_timeout);
+  if (!op.ok()) return std::nullopt;
+  op->refused = true;
+  return *op;
 }
 
 }  // namespace ccl
