@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace ccl {
 
 OpWork::OpWork(int64_t id, OpSpec spec, BoundOp op,
@@ -44,6 +46,35 @@ void OpWork::Complete(absl::Status status, double device_us) {
     tensors_.clear();
   }
   Finish(std::move(status), device_us);
+}
+
+RefusedTask::RefusedTask(int64_t seq, int64_t seq_count,
+                         std::vector<BoundOp> stand_ins)
+    : seq_(seq), seq_count_(seq_count), stand_ins_(std::move(stand_ins)) {}
+
+std::chrono::milliseconds RefusedTask::timeout() const {
+  std::chrono::milliseconds total{0};
+  for (const BoundOp& op : stand_ins_) total += op.timeout;
+  return total;
+}
+
+bool RefusedTask::involves_every_rank() const {
+  for (const BoundOp& op : stand_ins_) {
+    if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<CommWork>> RefusedTask::Launch(
+    Communicator& comm) {
+  absl::Status agreed = comm.Agree(stand_ins_);
+  // A refused vote fails every agreement it takes part in; this only
+  // guards against running an op this rank holds no buffers for.
+  if (agreed.ok()) {
+    agreed = absl::InternalError(absl::StrCat("the agreement at seq ", seq_,
+                                              " passed a refused op; not run"));
+  }
+  return agreed;
 }
 
 }  // namespace ccl

@@ -49,26 +49,25 @@ class OpWork final : public Work, public ExecutorTask {
   bool held_ = false;
 };
 
-// What a rank runs at the seq of an op it refused (RefusalStandIn): the
-// op's agreement, which fails it on every rank. No Work: the refusal was
-// already the caller's answer.
-class RefusedOpTask final : public ExecutorTask {
+// What a rank runs at the seqs of a request it refused (RefusalStandIns):
+// the request's agreement, in the one exchange its ops take on the ranks
+// that accepted it (Communicator::Agree, as a plan's), which fails it on
+// every rank. No Work: the refusal was already the caller's answer.
+class RefusedTask final : public ExecutorTask {
  public:
-  explicit RefusedOpTask(BoundOp stand_in) : op_(stand_in) {}
-  int64_t seq() const override { return op_.seq; }
-  std::chrono::milliseconds timeout() const override { return op_.timeout; }
-  bool involves_every_rank() const override {
-    return op_.kind != OpKind::kSend && op_.kind != OpKind::kRecv;
-  }
+  RefusedTask(int64_t seq, int64_t seq_count, std::vector<BoundOp> stand_ins);
+  int64_t seq() const override { return seq_; }
+  int64_t seq_count() const override { return seq_count_; }
+  std::chrono::milliseconds timeout() const override;
+  bool involves_every_rank() const override;
   void Start() override {}
-  absl::StatusOr<std::unique_ptr<CommWork>> Launch(
-      Communicator& comm) override {
-    return comm.Launch(op_);
-  }
+  absl::StatusOr<std::unique_ptr<CommWork>> Launch(Communicator& comm) override;
   void Complete(absl::Status, double) override {}
 
  private:
-  const BoundOp op_;
+  const int64_t seq_;
+  const int64_t seq_count_;
+  const std::vector<BoundOp> stand_ins_;
 };
 
 }  // namespace ccl

@@ -252,14 +252,22 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
   return out;
 }
 
-std::optional<BoundOp> RefusalStandIn(
-    const OpSpec& spec, const Communicator& comm,
+std::optional<std::vector<BoundOp>> RefusalStandIns(
+    const std::vector<OpSpec>& specs, const Communicator& comm,
     std::chrono::milliseconds default_timeout) {
-  if (!spec.agree || spec.kind == OpKind::kNop) return std::nullopt;
-  absl::StatusOr<BoundOp> op = RequestHeader(spec, comm, default_timeout);
-  if (!op.ok()) return std::nullopt;
-  op->refused = true;
-  return *op;
+  std::vector<BoundOp> stand_ins;
+  for (const OpSpec& spec : specs) {
+    absl::StatusOr<BoundOp> op = RequestHeader(spec, comm, default_timeout);
+    if (!op.ok()) return std::nullopt;
+    // As the agreement sees the ops of the ranks that accepted them: a nop
+    // and an op without the check exchange nothing.
+    if (spec.kind == OpKind::kNop || op->agreement != Agreement::kCheck) {
+      continue;
+    }
+    op->refused = true;
+    stand_ins.push_back(*op);
+  }
+  return stand_ins;
 }
 
 }  // namespace ccl

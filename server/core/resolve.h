@@ -29,14 +29,16 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
                                  TensorStore& store,
                                  std::chrono::milliseconds default_timeout);
 
-// What this rank runs at the seq of an op it refused for its own tensors
-// (BoundOp::refused): the op's agreement and nothing else, so that the
-// ranks that accepted it fail it cleanly instead of running on out of
-// step. Only for a request that is itself well formed (a known kind other
-// than nop, its root or peer a rank of the group, the agreement on): a
-// malformed one is refused alike everywhere, and its seq is given back.
-std::optional<BoundOp> RefusalStandIn(
-    const OpSpec& spec, const Communicator& comm,
+// What this rank runs at the seqs of a request it refused for its own
+// tensors (BoundOp::refused): the agreement of each of its ops that has
+// one, and nothing else, so that the ranks that accepted the request fail
+// it cleanly instead of running on out of step. `specs`: the op, or a
+// plan's ops in order. nullopt for a request that is itself malformed (an
+// unknown kind, a root or peer outside the group...): every rank refuses
+// that alike, and its seqs are given back. Empty when no op has an
+// agreement to stand in for (nops, or every op skips it).
+std::optional<std::vector<BoundOp>> RefusalStandIns(
+    const std::vector<OpSpec>& specs, const Communicator& comm,
     std::chrono::milliseconds default_timeout);
 
 }  // namespace ccl

@@ -140,14 +140,15 @@ class WorkerCoreImpl final : public WorkerCore {
     auto resolved = Resolve(normalized, executor->communicator(), store_,
                             config_.default_op_timeout);
     if (!resolved.ok()) {
-      return RefuseInStep(*executor, normalized, resolved.status());
+      return RefuseInStep(*executor, normalized, 1, {normalized},
+                          resolved.status());
     }
     const int64_t id = next_work_id_.fetch_add(1);
     auto work = std::make_shared<OpWork>(id, normalized, resolved->op,
                                          resolved->tensors, &store_);
     if (absl::Status s = store_.Hold(resolved->tensors, id, work->Describe());
         !s.ok()) {
-      return RefuseInStep(*executor, normalized, s);
+      return RefuseInStep(*executor, normalized, 1, {normalized}, s);
     }
     work->MarkHeld();
     FlightEntry entry{normalized, resolved->op.dtype, resolved->op.count, work};
@@ -179,21 +180,25 @@ class WorkerCoreImpl final : public WorkerCore {
       return absl::InvalidArgumentError("a plan needs at least one op");
     }
     std::vector<OpSpec> specs;
-    std::vector<BoundOp> ops;
-    std::vector<std::shared_ptr<Tensor>> tensors;
     for (int64_t i = 0; i < count; ++i) {
       OpSpec spec = plan.ops[static_cast<size_t>(i)];
       spec.group = whole.group;
       spec.seq = plan.seq + i;
       spec.generation = plan.generation;
       spec.async = false;
+      specs.push_back(std::move(spec));
+    }
+    std::vector<BoundOp> ops;
+    std::vector<std::shared_ptr<Tensor>> tensors;
+    for (int64_t i = 0; i < count; ++i) {
+      const OpSpec& spec = specs[static_cast<size_t>(i)];
       auto resolved = Resolve(spec, executor->communicator(), store_,
                               config_.default_op_timeout);
       if (!resolved.ok()) {
         const absl::Status why(resolved.status().code(),
                                absl::StrCat("op ", i, " of the plan: ",
                                             resolved.status().message()));
-        return RefuseSpec(*executor, whole, count, why);
+        return RefuseInStep(*executor, whole, count, specs, why);
       }
       for (auto& tensor : resolved->tensors) {
         if (std::find(tensors.begin(), tensors.end(), tensor) ==
@@ -201,14 +206,13 @@ class WorkerCoreImpl final : public WorkerCore {
           tensors.push_back(tensor);
         }
       }
-      specs.push_back(std::move(spec));
       ops.push_back(resolved->op);
     }
     const int64_t id = next_work_id_.fetch_add(1);
     auto work = std::make_shared<PlanWork>(id, whole, specs, ops,
                                            plan.aggregate, tensors, &store_);
     if (absl::Status s = store_.Hold(tensors, id, work->Describe()); !s.ok()) {
-      return RefuseSpec(*executor, whole, count, s);
+      return RefuseInStep(*executor, whole, count, specs, s);
     }
     std::vector<FlightEntry> entries;
     for (int64_t i = 0; i < count; ++i) {
@@ -514,22 +518,27 @@ class WorkerCoreImpl final : public WorkerCore {
     return RecordRefusal(spec, std::move(reason));
   }
 
-  // Refuses one op whose request is well formed but which this rank cannot
-  // run (its tensors: missing, busy, of the wrong size or dtype). The other
-  // ranks may well have accepted it (a restarted rank lost the tensor;
-  // another client holds it here): this rank stands in for it at its seq
-  // (RefusalStandIn), so they fail it cleanly in its agreement, naming this
-  // rank, and the group goes on. Given back instead, the seq would put this
-  // rank a step ahead of them, and the communicator would be aborted at the
-  // next op, failing every client's ops until the world re-forms.
+  // Refuses a request (one op, or a plan's `specs`, taking `count` seqs)
+  // that is well formed but that this rank cannot run: its tensors are
+  // missing, busy, of the wrong size or dtype. The other ranks may well have
+  // accepted it (a restarted rank lost the tensor; another client holds it
+  // here): this rank stands in for it at its seqs (RefusalStandIns), so they
+  // fail it cleanly in its agreement, naming this rank, and the group goes
+  // on. Given back instead, the seqs would put this rank ahead of them, and
+  // the communicator would be aborted at the next op, failing every client's
+  // ops until the world re-forms.
   absl::Status RefuseInStep(Executor& executor, const OpSpec& spec,
+                            int64_t count, const std::vector<OpSpec>& specs,
                             absl::Status reason) {
-    std::optional<BoundOp> stand_in = RefusalStandIn(
-        spec, executor.communicator(), config_.default_op_timeout);
-    if (!stand_in) return RefuseSpec(executor, spec, 1, std::move(reason));
-    // Refused by the executor: the seq itself is the problem (taken, lost,
-    // too far ahead), and it is not this request's to take.
-    (void)executor.Enqueue(std::make_shared<RefusedOpTask>(*stand_in));
+    std::optional<std::vector<BoundOp>> stand_ins = RefusalStandIns(
+        specs, executor.communicator(), config_.default_op_timeout);
+    if (!stand_ins || stand_ins->empty()) {
+      return RefuseSpec(executor, spec, count, std::move(reason));
+    }
+    // Refused by the executor: the seqs themselves are the problem (taken,
+    // lost, too far ahead), and they are not this request's to take.
+    (void)executor.Enqueue(
+        std::make_shared<RefusedTask>(spec.seq, count, *std::move(stand_ins)));
     return RecordRefusal(spec, std::move(reason));
   }
 

@@ -151,6 +151,47 @@ TEST_F(ClientTest, ARefusedPlanRunsNothingAndLeavesNoGap) {
   EXPECT_EQ(Head(*client, 0, "plan.y"), (std::vector<double>{3, 3}));
 }
 
+// A plan one rank refuses for its own tensors (rank 1 lacks one: a
+// restarted worker lost it) fails on the rank that accepted it too, naming
+// rank 1, with nothing run; the world is not aborted, and the next op runs
+// in the same generation.
+TEST_F(ClientTest, APlanOneRankRefusesFailsOnEveryRankAndTheWorldGoesOn) {
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  Alloc(*client, "plan.w", 2);
+  (void)client->Free(client->AllRanks(), "plan.only0");
+  ASSERT_TRUE(client
+                  ->Alloc(0, TensorSpec{"plan.only0", DType::kFloat32, {2}},
+                          client::Fill{client::FillKind::kRankPlusOne})
+                  .ok());
+  const auto before = client->Collective(AllReduce("plan.w"));
+  ExpectAllOk(before);
+  ASSERT_TRUE(before[0].result.ok());
+  Plan plan;
+  plan.steps = {PlanStep::Collective(AllReduce("plan.w")),
+                PlanStep::Collective(AllReduce("plan.only0"))};
+  const auto results = client->SubmitPlan(plan);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[1].result.status().code(), absl::StatusCode::kNotFound)
+      << results[1].result.status();
+  // Rank 0 accepted the plan: its answer is the plan's steps, the first
+  // failed in the agreement, naming rank 1.
+  ASSERT_TRUE(results[0].result.ok()) << results[0].result.status();
+  ASSERT_EQ(results[0].result->steps.size(), 2u);
+  const absl::Status& first = results[0].result->steps[0].error;
+  EXPECT_EQ(first.code(), absl::StatusCode::kFailedPrecondition) << first;
+  EXPECT_NE(first.message().find("refused at rank 1"), std::string::npos)
+      << first;
+  EXPECT_FALSE(results[0].result->steps[1].error.ok());
+  const auto after = client->Collective(AllReduce("plan.w"));
+  ExpectAllOk(after);
+  ASSERT_TRUE(after[0].result.ok());
+  EXPECT_EQ(after[0].result->generation, before[0].result->generation);
+  // 1 + 2, then twice that: the plan's all_reduce did not run.
+  EXPECT_EQ(Head(*client, 0, "plan.w"), (std::vector<double>{6, 6}));
+  (void)client->Free(0, "plan.only0");
+}
+
 TEST_F(ClientTest, ABadStepIsRefusedBeforeAnySeqIsTaken) {
   auto client = Client();
   ASSERT_NE(client, nullptr);
