@@ -532,7 +532,8 @@ class WorkerCoreImpl final : public WorkerCore {
                             absl::Status reason) {
     std::optional<std::vector<BoundOp>> stand_ins = RefusalStandIns(
         specs, executor.communicator(), config_.default_op_timeout);
-    if (!stand_ins || stand_ins->empty()) {
+    if (!stand_ins || stand_ins->empty() ||
+        spec.seq > std::numeric_limits<int64_t>::max() - count) {
       return RefuseSpec(executor, spec, count, std::move(reason));
     }
     // Refused by the executor: the seqs themselves are the problem (taken,
