@@ -5,9 +5,10 @@
 // agreement, and a plan of ops (the RPC paid once). Every figure is the
 // client's wall clock through the client library; p50 and p99 over --iters.
 // Beside them, the peer for the RPC part: the same fan-out on bare gRPC
-// stubs to servers that do nothing (this binary, one process per rank, as
-// the workers are), so the service's RPC cost reads as a ratio to what gRPC
-// itself costs on the machine.
+// stubs to the workers themselves and to servers that do nothing (this
+// binary, one process per rank, as the workers are) on each of gRPC's server
+// APIs, so the service's RPC cost reads as a ratio to what gRPC itself costs
+// on the machine, and the server API's share of it shows.
 //
 //   ./build/bench/client_latency --coordinator HOST:PORT [--iters 2000]
 //       [--bytes 8] [--plan 1000]
@@ -30,8 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "ccl/v1/worker.grpc.pb.h"
 #include "client/cluster_client.h"
+#include "common/grpc_errors.h"
+#include "common/grpc_health.h"
 
 extern char** environ;
 
@@ -101,8 +105,9 @@ struct WorkerShare {
   }
 };
 
-// A worker service that answers GetInfo at once and nothing else.
-class NoopWorker final : public ccl::v1::Worker::CallbackService {
+// Worker services that answer GetInfo at once and nothing else, on each of
+// gRPC's server APIs: the floor a worker's RPCs stand on.
+class CallbackNoop final : public ccl::v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const ccl::v1::GetInfoRequest*,
                                     ccl::v1::WorkerInfo*) override {
@@ -111,28 +116,105 @@ class NoopWorker final : public ccl::v1::Worker::CallbackService {
     return reactor;
   }
 };
+class SyncNoop final : public ccl::v1::Worker::Service {
+  grpc::Status GetInfo(grpc::ServerContext*, const ccl::v1::GetInfoRequest*,
+                       ccl::v1::WorkerInfo*) override {
+    return grpc::Status::OK;
+  }
+};
+using QueueNoop =
+    ccl::v1::Worker::WithAsyncMethod_GetInfo<ccl::v1::Worker::Service>;
 
-// --noop-server: serves NoopWorker on an ephemeral loopback port, prints the
-// port, and runs until killed.
-int ServeNoop() {
-  NoopWorker service;
+// How the no-op server is built: its API, and which of the worker's other
+// server features ride along (ccworker has "callback+worker").
+struct ServerKind {
+  std::string api = "callback";  // callback, sync, queue
+  bool worker_extras = false;    // RequestErrorDetails, health, reflection
+};
+absl::StatusOr<ServerKind> ParseServerKind(const std::string& text) {
+  ServerKind kind;
+  std::string api = text;
+  if (const size_t plus = text.find('+'); plus != std::string::npos) {
+    if (text.substr(plus) != "+worker") {
+      return absl::InvalidArgumentError("unknown server kind " + text);
+    }
+    kind.worker_extras = true;
+    api = text.substr(0, plus);
+  }
+  if (api != "callback" && api != "sync" && api != "queue") {
+    return absl::InvalidArgumentError("unknown server kind " + text);
+  }
+  kind.api = api;
+  return kind;
+}
+
+// --noop-server KIND: serves a no-op worker of that kind on an ephemeral
+// loopback port, prints the port, and runs until killed.
+int ServeNoop(const ServerKind& kind) {
+  CallbackNoop callback;
+  SyncNoop sync;
+  QueueNoop queue_service;
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
-  builder.RegisterService(&service);
+  if (kind.api == "sync") {
+    builder.RegisterService(&sync);
+  } else if (kind.api == "queue") {
+    builder.RegisterService(&queue_service);
+  } else {
+    builder.RegisterService(&callback);
+  }
+  ccl::RequestErrorDetails error_details("ccl.v1.Worker");
+  if (kind.worker_extras) {
+    error_details.Install(builder);
+    ccl::EnableHealthAndReflection();
+  }
+  std::unique_ptr<grpc::ServerCompletionQueue> queue;
+  if (kind.api == "queue") queue = builder.AddCompletionQueue();
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return 1;
   std::printf("%d\n", port);
   std::fflush(stdout);
-  server->Wait();
+  if (!queue) {
+    server->Wait();
+    return 0;
+  }
+  // The async API's loop on this thread: each tag is a call, answered at
+  // once and freed when its Finish comes back.
+  struct Call {
+    grpc::ServerContext context;
+    ccl::v1::GetInfoRequest request;
+    ccl::v1::WorkerInfo response;
+    grpc::ServerAsyncResponseWriter<ccl::v1::WorkerInfo> writer{&context};
+    bool answered = false;
+  };
+  auto await_next = [&] {
+    auto* call = new Call;
+    queue_service.RequestGetInfo(&call->context, &call->request,
+                                 &call->writer, queue.get(), queue.get(),
+                                 call);
+  };
+  await_next();
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue->Next(&tag, &ok)) {
+    auto* call = static_cast<Call*>(tag);
+    if (call->answered || !ok) {
+      delete call;
+      continue;
+    }
+    await_next();
+    call->answered = true;
+    call->writer.Finish(call->response, grpc::Status::OK, call);
+  }
   return 0;
 }
 
 // `count` no-op servers in their own processes; killed when this goes.
 class NoopServers {
  public:
-  explicit NoopServers(int count) {
+  NoopServers(int count, const std::string& kind) {
     for (int i = 0; i < count; ++i) {
       int out[2];
       if (pipe(out) != 0) return;
@@ -142,7 +224,8 @@ class NoopServers {
       posix_spawn_file_actions_addclose(&actions, out[0]);
       char self[] = "/proc/self/exe";
       char flag[] = "--noop-server";
-      char* args[] = {self, flag, nullptr};
+      std::string kind_arg = kind;
+      char* args[] = {self, flag, kind_arg.data(), nullptr};
       pid_t pid = 0;
       const int spawned =
           posix_spawn(&pid, self, &actions, nullptr, args, environ);
@@ -220,8 +303,13 @@ std::vector<double> BareFanOut(const std::vector<std::string>& addresses,
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], "--noop-server") == 0) {
-    return ServeNoop();
+  if (argc == 3 && std::strcmp(argv[1], "--noop-server") == 0) {
+    auto kind = ParseServerKind(argv[2]);
+    if (!kind.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(kind.status().message()).c_str());
+      return 2;
+    }
+    return ServeNoop(*kind);
   }
   ccl::client::ClientOptions options;
   int iters = 2000, plan_ops = 1000;
@@ -300,11 +388,24 @@ int main(int argc, char** argv) {
   }
   (void)c.Free(ranks, name);
 
-  std::vector<double> floor_us;
-  {
-    NoopServers servers(static_cast<int>(ranks.size()));
+  // The same bare calls to the workers themselves (plaintext, no token):
+  // beside the row above it splits the library's cost from the server's.
+  std::vector<std::string> worker_addresses;
+  for (const auto& member : c.world().members) {
+    worker_addresses.push_back(member.address);
+  }
+  const std::vector<double> bare_worker_us =
+      BareFanOut(worker_addresses, iters);
+  // The floor under each server API, and what the worker's other server
+  // features (the unknown-method service and parse-error interceptor,
+  // health, reflection) add to it. ccworker is "callback+worker".
+  const std::vector<std::string> kinds = {"callback", "callback+worker",
+                                          "sync", "queue", "queue+worker"};
+  std::vector<std::vector<double>> floor_us(kinds.size());
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    NoopServers servers(static_cast<int>(ranks.size()), kinds[k]);
     if (!servers.addresses().empty()) {
-      floor_us = BareFanOut(servers.addresses(), iters);
+      floor_us[k] = BareFanOut(servers.addresses(), iters);
     }
   }
 
@@ -314,10 +415,21 @@ int main(int argc, char** argv) {
       ranks.size(), static_cast<long long>(bytes), iters);
   std::printf("%-44s %10s %10s\n", "# what", "p50 (us)", "p99 (us)");
   Row("GetInfo on every rank (RPC + fan-out)", info_us);
-  if (floor_us.empty()) {
-    std::printf("%-44s %10s %10s\n", "  bare gRPC peer", "failed", "-");
+  if (bare_worker_us.empty()) {
+    std::printf("%-44s %10s %10s\n", "  bare gRPC to the workers", "failed",
+                "-");
   } else {
-    Row("  bare gRPC peer: the same to no-op servers", floor_us);
+    Row("  bare gRPC to the workers (no library)", bare_worker_us);
+  }
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const std::string what =
+        (k == 0 ? "  bare gRPC peer: no-op servers, " : "    the same, ") +
+        kinds[k];
+    if (floor_us[k].empty()) {
+      std::printf("%-44s %10s %10s\n", what.c_str(), "failed", "-");
+    } else {
+      Row(what.c_str(), floor_us[k]);
+    }
   }
   Row("all_reduce, client-seen", op_us);
   checked.Print("the agreement, hand-offs");

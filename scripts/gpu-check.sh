@@ -11,6 +11,7 @@
 #   scripts/gpu-check.sh latency    # a fresh cluster, then only what a
 #                                   # client pays per op (--e2e,
 #                                   # client_latency, a plan's flight record)
+#   scripts/gpu-check.sh latency1   # the same on one GPU (1 worker)
 #   CCL_GPU_UNTIL=STEP ...          # skip every step after STEP
 #   scripts/gpu-check.sh peer       # only the bare-NCCL peer steps (no
 #                                   # cluster, no ccctl; about a minute,
@@ -329,13 +330,16 @@ case $mode in
   checks) checks_steps ;;
   cluster) cluster_steps ;;
   # What a client pays per op, alone on a fresh cluster (a few minutes).
-  latency) step cluster_up 120 "$ccctl" cluster up --workers 2 --device cuda
+  # latency1: the same on one GPU (a 1-worker cluster), for when only a
+  # 1-GPU machine is lent: the RPC and worker shares without a peer.
+  latency|latency1) step cluster_up 120 "$ccctl" cluster up \
+      --workers "$([[ $mode == latency1 ]] && echo 1 || echo 2)" --device cuda
     step bench_e2e_all_reduce 120 "$ccctl" bench all_reduce -b 8 -e 1M -f 4 \
       -n 200 -w 20 --e2e --csv "$OUT/e2e_all_reduce.csv"
     latency_steps
     step cluster_down 60 "$ccctl" cluster down
     cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs" 2>/dev/null || true ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))
