@@ -191,9 +191,8 @@ int ServeNoop(const ServerKind& kind) {
   };
   auto await_next = [&] {
     auto* call = new Call;
-    queue_service.RequestGetInfo(&call->context, &call->request,
-                                 &call->writer, queue.get(), queue.get(),
-                                 call);
+    queue_service.RequestGetInfo(&call->context, &call->request, &call->writer,
+                                 queue.get(), queue.get(), call);
   };
   await_next();
   void* tag = nullptr;
@@ -306,7 +305,8 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--noop-server") == 0) {
     auto kind = ParseServerKind(argv[2]);
     if (!kind.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(kind.status().message()).c_str());
+      std::fprintf(stderr, "%s\n",
+                   std::string(kind.status().message()).c_str());
       return 2;
     }
     return ServeNoop(*kind);
@@ -399,8 +399,8 @@ int main(int argc, char** argv) {
   // The floor under each server API, and what the worker's other server
   // features (the unknown-method service and parse-error interceptor,
   // health, reflection) add to it. ccworker is "callback+worker".
-  const std::vector<std::string> kinds = {"callback", "callback+worker",
-                                          "sync", "queue", "queue+worker"};
+  const std::vector<std::string> kinds = {"callback", "callback+worker", "sync",
+                                          "queue", "queue+worker"};
   std::vector<std::vector<double>> floor_us(kinds.size());
   for (size_t k = 0; k < kinds.size(); ++k) {
     NoopServers servers(static_cast<int>(ranks.size()), kinds[k]);
