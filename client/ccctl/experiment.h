@@ -141,12 +141,17 @@ std::string StepKindList();
 // assert step's expectation, `vars` holding rank, world_size and the vars.
 // OK, or FAILED_PRECONDITION "expected E at [i], got G" for the first
 // mismatch (and how many mismatched).
+absl::Status CheckValues(const Step& step, const std::vector<Number>& got,
+                         int64_t numel, const Vars& vars);
+// The same for the doubles a tensor's summary carries (exact for every dtype
+// but int64, whose values are read back as Numbers instead).
 absl::Status CheckValues(const Step& step, const std::vector<double>& got,
                          int64_t numel, const Vars& vars);
 
 // The values a write step (or an alloc with values) stores into a tensor of
-// `numel` elements: its `values` list, or `all` for every element.
-absl::StatusOr<std::vector<double>> ValuesToWrite(const Step& step,
+// `numel` elements: its `values` list, or `all` for every element; integers
+// exact (EncodeNumbers stores them, refusing what the dtype cannot hold).
+absl::StatusOr<std::vector<Number>> ValuesToWrite(const Step& step,
                                                   int64_t numel,
                                                   const Vars& vars);
 

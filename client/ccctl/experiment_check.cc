@@ -27,7 +27,12 @@ std::string RanksText(const RankList& ranks) {
 
 std::string Num(double v) { return absl::StrFormat("%.10g", v); }
 
-std::string NumList(const std::vector<double>& values, size_t limit = 16) {
+// Integers exactly, doubles as Num.
+std::string Num(const Number& v) {
+  return v.is_integer() ? v.ToString() : Num(v.AsDouble());
+}
+
+std::string NumList(const std::vector<Number>& values, size_t limit = 16) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < values.size() && i < limit; ++i)
     parts.push_back(Num(values[i]));
@@ -119,12 +124,20 @@ std::string DescribeStep(const Step& step) {
 
 absl::Status CheckValues(const Step& step, const std::vector<double>& got,
                          int64_t numel, const Vars& vars) {
-  std::vector<double> expected;
+  std::vector<Number> numbers;
+  numbers.reserve(got.size());
+  for (double value : got) numbers.push_back(Number::FromDouble(value));
+  return CheckValues(step, numbers, numel, vars);
+}
+
+absl::Status CheckValues(const Step& step, const std::vector<Number>& got,
+                         int64_t numel, const Vars& vars) {
+  std::vector<Number> expected;
   Vars element_vars = vars;
   if (step.expected_all) {
     for (size_t i = 0; i < got.size(); ++i) {
       element_vars["i"] = static_cast<double>(i);
-      auto v = step.expected_all->Evaluate(element_vars);
+      auto v = step.expected_all->EvaluateNumber(element_vars);
       if (!v.ok()) return v.status();
       expected.push_back(*v);
     }
@@ -140,7 +153,7 @@ absl::Status CheckValues(const Step& step, const std::vector<double>& got,
     }
     for (size_t i = 0; i < step.expected.size(); ++i) {
       element_vars["i"] = static_cast<double>(i);
-      auto v = step.expected[i].Evaluate(element_vars);
+      auto v = step.expected[i].EvaluateNumber(element_vars);
       if (!v.ok()) return v.status();
       expected.push_back(*v);
     }
@@ -148,28 +161,28 @@ absl::Status CheckValues(const Step& step, const std::vector<double>& got,
   int64_t wrong = 0;
   int64_t first = -1;
   for (size_t i = 0; i < expected.size(); ++i) {
-    const double e = expected[i], g = got[i];
+    const double e = expected[i].AsDouble(), g = got[i].AsDouble();
     const bool ok =
         step.tol ? std::abs(g - e) <= *step.tol * std::max(1.0, std::abs(e))
-                 : g == e;
+                 : SameNumber(got[i], expected[i]);
     if (!ok) {
       ++wrong;
       if (first < 0) first = static_cast<int64_t>(i);
     }
   }
   if (wrong == 0) return absl::OkStatus();
-  std::vector<double> shown_got(got.begin(), got.begin() + expected.size());
+  std::vector<Number> shown_got(got.begin(), got.begin() + expected.size());
   return absl::FailedPreconditionError(absl::StrCat(
       "expected ", NumList(expected), ", got ", NumList(shown_got), ": [",
       first, "] is ", Num(got[first]), ", expected ", Num(expected[first]),
       " (", wrong, " of ", expected.size(), " elements differ)"));
 }
 
-absl::StatusOr<std::vector<double>> ValuesToWrite(const Step& step,
+absl::StatusOr<std::vector<Number>> ValuesToWrite(const Step& step,
                                                   int64_t numel,
                                                   const Vars& vars) {
   Vars element_vars = vars;
-  std::vector<double> values;
+  std::vector<Number> values;
   const int64_t count = step.values_all
                             ? numel - step.offset
                             : static_cast<int64_t>(step.values.size());
@@ -182,7 +195,7 @@ absl::StatusOr<std::vector<double>> ValuesToWrite(const Step& step,
     // `i` is the element's index in the tensor.
     element_vars["i"] = static_cast<double>(step.offset + i);
     auto v = (step.values_all ? *step.values_all : step.values[i])
-                 .Evaluate(element_vars);
+                 .EvaluateNumber(element_vars);
     if (!v.ok()) return v.status();
     values.push_back(*v);
   }

@@ -1,8 +1,11 @@
 #include "client/ccctl/expression.h"
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <exception>
+#include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -141,9 +144,19 @@ class ExpressionParser {
         return Error("bad number at '" + Rest() + "'");
       }
       // stod accepts "inf", "nan" and hex; we only see digits or '.' here.
-      pos_ += used;
+      // Digits alone are an integer, kept exact when int64 holds it.
+      const std::string_view digits = text_.substr(pos_, used);
       Expression::Node node;
-      node.value = value;
+      node.value = Number::Real(value);
+      if (digits.find_first_not_of("0123456789") == std::string_view::npos) {
+        int64_t integer = 0;
+        const auto [end, error] = std::from_chars(
+            digits.data(), digits.data() + digits.size(), integer);
+        if (error == std::errc() && end == digits.data() + digits.size()) {
+          node.value = Number::Integer(integer);
+        }
+      }
+      pos_ += used;
       --depth_;
       return Add(node);
     }
@@ -175,18 +188,107 @@ absl::StatusOr<Expression> Expression::Parse(std::string_view text) {
   return ExpressionParser(text).Run();
 }
 
+Number Number::Integer(int64_t value) {
+  Number n;
+  n.is_integer_ = true;
+  n.integer_ = value;
+  return n;
+}
+
+Number Number::Real(double value) {
+  Number n;
+  n.is_integer_ = false;
+  n.real_ = value;
+  return n;
+}
+
+Number Number::FromDouble(double value) {
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  if (std::isfinite(value) && std::trunc(value) == value &&
+      std::fabs(value) <= kExact) {
+    return Integer(static_cast<int64_t>(value));
+  }
+  return Real(value);
+}
+
+double Number::AsDouble() const {
+  return is_integer_ ? static_cast<double>(integer_) : real_;
+}
+
+std::string Number::ToString() const {
+  if (is_integer_) return absl::StrCat(integer_);
+  return absl::StrFormat("%.17g", real_);
+}
+
+bool SameNumber(const Number& a, const Number& b) {
+  if (a.is_integer() && b.is_integer()) return a.integer() == b.integer();
+  return a.AsDouble() == b.AsDouble();
+}
+
 Expression Expression::Constant(double value) {
   Expression e;
-  e.nodes_[0].value = value;
+  e.nodes_[0].value = Number::FromDouble(value);
   e.text_ = absl::StrFormat("%.17g", value);
   return e;
 }
 
 absl::StatusOr<double> Expression::Evaluate(const Vars& vars) const {
+  auto value = Eval(root_, vars);
+  if (!value.ok()) return value.status();
+  return value->AsDouble();
+}
+
+absl::StatusOr<Number> Expression::EvaluateNumber(const Vars& vars) const {
   return Eval(root_, vars);
 }
 
-absl::StatusOr<double> Expression::Eval(int index, const Vars& vars) const {
+std::optional<int64_t> Expression::IntegerOp(Operator op, int64_t a,
+                                             int64_t b) {
+  using Op = Operator;
+  int64_t out = 0;
+  switch (op) {
+    case Op::kAdd:
+      if (__builtin_add_overflow(a, b, &out)) return std::nullopt;
+      return out;
+    case Op::kSubtract:
+      if (__builtin_sub_overflow(a, b, &out)) return std::nullopt;
+      return out;
+    case Op::kMultiply:
+      if (__builtin_mul_overflow(a, b, &out)) return std::nullopt;
+      return out;
+    case Op::kFloorDivide: {
+      if (a == std::numeric_limits<int64_t>::min() && b == -1) {
+        return std::nullopt;
+      }
+      int64_t q = a / b;
+      if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+      return q;
+    }
+    case Op::kModulo: {
+      if (b == -1) return 0;
+      int64_t r = a % b;
+      if (r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r;
+    }
+    case Op::kPower: {
+      if (b < 0) return std::nullopt;  // a fraction: a double
+      int64_t result = 1, base = a;
+      for (int64_t e = b; e > 0; e >>= 1) {
+        if ((e & 1) && __builtin_mul_overflow(result, base, &result)) {
+          return std::nullopt;
+        }
+        if (e > 1 && __builtin_mul_overflow(base, base, &base)) {
+          return std::nullopt;
+        }
+      }
+      return result;
+    }
+    default:
+      return std::nullopt;  // true division is a double, as in Python
+  }
+}
+
+absl::StatusOr<Number> Expression::Eval(int index, const Vars& vars) const {
   const Node& node = nodes_[index];
   if (node.op == Operator::kNumber) return node.value;
   if (node.op == Operator::kVariable) {
@@ -195,39 +297,51 @@ absl::StatusOr<double> Expression::Eval(int index, const Vars& vars) const {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown variable '", node.name, "' in '", text_, "'"));
     }
-    return it->second;
+    return Number::FromDouble(it->second);
   }
   auto lhs = Eval(node.lhs, vars);
   if (!lhs.ok()) return lhs;
-  if (node.op == Operator::kNegate) return -*lhs;
+  if (node.op == Operator::kNegate) {
+    if (lhs->is_integer() &&
+        lhs->integer() != std::numeric_limits<int64_t>::min()) {
+      return Number::Integer(-lhs->integer());
+    }
+    return Number::Real(-lhs->AsDouble());
+  }
   auto rhs = Eval(node.rhs, vars);
   if (!rhs.ok()) return rhs;
-  const double a = *lhs, b = *rhs;
   auto by_zero = [&] {
     return absl::InvalidArgumentError(
         absl::StrCat("division by zero in '", text_, "'"));
   };
+  const bool divides = node.op == Operator::kDivide ||
+                       node.op == Operator::kFloorDivide ||
+                       node.op == Operator::kModulo;
+  if (divides && rhs->AsDouble() == 0) return by_zero();
+  if (lhs->is_integer() && rhs->is_integer()) {
+    if (auto exact = IntegerOp(node.op, lhs->integer(), rhs->integer())) {
+      return Number::Integer(*exact);
+    }
+  }
+  const double a = lhs->AsDouble(), b = rhs->AsDouble();
   switch (node.op) {
     case Operator::kAdd:
-      return a + b;
+      return Number::Real(a + b);
     case Operator::kSubtract:
-      return a - b;
+      return Number::Real(a - b);
     case Operator::kMultiply:
-      return a * b;
+      return Number::Real(a * b);
     case Operator::kDivide:
-      if (b == 0) return by_zero();
-      return a / b;
+      return Number::Real(a / b);
     case Operator::kFloorDivide:
-      if (b == 0) return by_zero();
-      return std::floor(a / b);
+      return Number::Real(std::floor(a / b));
     case Operator::kModulo: {
-      if (b == 0) return by_zero();
       double r = std::fmod(a, b);
       if (r != 0 && ((r < 0) != (b < 0))) r += b;
-      return r;
+      return Number::Real(r);
     }
     case Operator::kPower:
-      return std::pow(a, b);
+      return Number::Real(std::pow(a, b));
     case Operator::kNumber:
     case Operator::kVariable:
     case Operator::kNegate:

@@ -124,6 +124,11 @@ class Runner {
   Outcome Wait(const Step& step);
   Outcome Read(const Step& step);
   Outcome Assert(const Step& step);
+  // The first `count` elements of an int64 tensor as they are (its summary's
+  // doubles do not hold every int64).
+  absl::StatusOr<std::vector<Number>> ExactIntegers(int rank,
+                                                    const std::string& name,
+                                                    size_t count);
   Outcome Free(const Step& step);
   Outcome Bench(const Step& step);
   void FreeEverywhere(const std::string& name);

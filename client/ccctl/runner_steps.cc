@@ -2,12 +2,14 @@
 // names, all at once, and what the report says about the answers.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/ccctl/bench_ops.h"
 #include "client/ccctl/format.h"
 #include "client/ccctl/runner.h"
+#include "client/ccctl/values.h"
 #include "common/element.h"
 
 namespace ccl::ctl {
@@ -27,13 +29,6 @@ absl::StatusOr<Fill> FillFor(const Step& step, const Vars& vars) {
   fill.step = *increment;
   fill.seed = step.seed;
   return fill;
-}
-
-std::string EncodeValues(DType dtype, const std::vector<double>& values) {
-  std::string bytes(values.size() * DTypeSize(dtype), '\0');
-  for (size_t i = 0; i < values.size(); ++i)
-    StoreElement(dtype, bytes.data(), i, values[i]);
-  return bytes;
 }
 
 }  // namespace
@@ -96,9 +91,14 @@ void Runner::WriteValues(const Step& step, DType dtype,
       CollectErrors(RankResults<int>{{rank, values.status()}}, outcome);
       continue;
     }
+    auto bytes = EncodeNumbers(dtype, *values);
+    if (!bytes.ok()) {
+      CollectErrors(RankResults<int>{{rank, bytes.status()}}, outcome);
+      continue;
+    }
     writes.push_back({rank, step.tensor,
                       step.offset * static_cast<int64_t>(DTypeSize(dtype)),
-                      EncodeValues(dtype, *values)});
+                      *std::move(bytes)});
   }
   CollectErrors(client_.Write(writes), outcome);
 }
@@ -241,10 +241,23 @@ Outcome Runner::Assert(const Step& step) {
     if (!r.result.ok()) continue;
     std::vector<double> got = r.result->head;
     const int64_t numel = r.result->info.numel;
-    const absl::Status check = CheckValues(step, got, numel, RankVars(r.rank));
+    absl::Status check;
+    nlohmann::json values = nlohmann::json::array();
+    if (DoubleHoldsEveryValue(r.result->info.dtype)) {
+      check = CheckValues(step, got, numel, RankVars(r.rank));
+      for (size_t i = 0; i < got.size() && i < 64; ++i)
+        values.push_back(got[i]);
+    } else {
+      // int64: compared exactly, on the elements read back as they are.
+      auto exact = ExactIntegers(r.rank, step.tensor, got.size());
+      check = exact.ok() ? CheckValues(step, *exact, numel, RankVars(r.rank))
+                         : exact.status();
+      for (size_t i = 0; exact.ok() && i < exact->size() && i < 64; ++i) {
+        values.push_back((*exact)[i].integer());
+      }
+    }
     nlohmann::json entry = {{"rank", r.rank}, {"ok", check.ok()}};
-    if (got.size() > 64) got.resize(64);
-    entry["values"] = got;
+    entry["values"] = values;
     if (!check.ok()) {
       const std::string text =
           absl::StrCat("rank ", r.rank, ": ", check.message());
@@ -261,6 +274,21 @@ Outcome Runner::Assert(const Step& step) {
   }
   outcome.json["ranks"] = ranks;
   return outcome;
+}
+
+absl::StatusOr<std::vector<Number>> Runner::ExactIntegers(
+    int rank, const std::string& name, size_t count) {
+  auto raw = client_.Read(rank, name, 0, static_cast<int64_t>(count));
+  if (!raw.ok()) return raw.status();
+  std::vector<Number> values;
+  values.reserve(raw->size() / sizeof(int64_t));
+  for (size_t at = 0; at + sizeof(int64_t) <= raw->size();
+       at += sizeof(int64_t)) {
+    int64_t value = 0;
+    std::memcpy(&value, raw->data() + at, sizeof(value));
+    values.push_back(Number::Integer(value));
+  }
+  return values;
 }
 
 Outcome Runner::Free(const Step& step) {

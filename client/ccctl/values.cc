@@ -150,6 +150,28 @@ absl::StatusOr<std::string> EncodeValues(DType dtype, std::string_view text) {
   return bytes;
 }
 
+absl::StatusOr<std::string> EncodeNumbers(DType dtype,
+                                          const std::vector<Number>& values) {
+  if (values.empty()) return std::string();
+  const bool integers = IntegerRange(dtype).has_value();
+  std::string text;
+  for (const Number& value : values) {
+    if (!text.empty()) text += ',';
+    // A whole double within 2^53 is that integer exactly (rank / 2 at an
+    // even rank); any other double is not an integer the dtype can take.
+    const Number exact =
+        value.is_integer() ? value : Number::FromDouble(value.AsDouble());
+    if (integers && !exact.is_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Name(dtype), " takes integers; ", value.ToString(),
+          " was computed in floating point (a '/', a fraction, or an "
+          "intermediate result past int64): use '//' and integer literals"));
+    }
+    text += exact.ToString();
+  }
+  return EncodeValues(dtype, text);
+}
+
 std::vector<std::string> DecodeValues(DType dtype, std::string_view bytes) {
   const size_t count = bytes.size() / DTypeSize(dtype);
   std::vector<std::string> out;

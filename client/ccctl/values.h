@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/ccctl/expression.h"
 #include "common/types.h"
 
 namespace ccl::ctl {
@@ -17,6 +18,12 @@ namespace ccl::ctl {
 // "1,2,3" as the raw bytes of elements of `dtype`. INVALID_ARGUMENT names
 // the value at fault and the range it must lie in.
 absl::StatusOr<std::string> EncodeValues(DType dtype, std::string_view text);
+
+// The values an experiment computed, stored as EncodeValues stores typed
+// text: integers exact, refused where the dtype cannot hold them. No values:
+// no bytes.
+absl::StatusOr<std::string> EncodeNumbers(DType dtype,
+                                          const std::vector<Number>& values);
 
 // The elements in `bytes` as text: integers exactly, floats as FormatValue.
 std::vector<std::string> DecodeValues(DType dtype, std::string_view bytes);

@@ -349,6 +349,41 @@ TEST_F(CcctlTest, ARefusedPlanNamesTheStepAtFault) {
       << run.out;
 }
 
+// A run's int64 values never pass through a double: 2^53 + 1 is written,
+// summed and asserted exactly (2^53 would be the same double), and an
+// assertion off by one fails, naming both values.
+TEST_F(CcctlTest, RunWritesAndAssertsInt64Exactly) {
+  const fs::path file = dir_ / "wide.yaml";
+  std::ofstream(file) << R"(steps:
+  - alloc: {name: wide, shape: [2], dtype: int64, fill: zeros}
+  - write: {tensor: wide, values: ["2**53 + 1", -3], ranks: [0]}
+  - allreduce: wide
+  - assert: {tensor: wide, equal: ["2**53 + 1", -3]}
+)";
+  Result run = Ccctl("-o json run " + file.string());
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const auto document = nlohmann::json::parse(run.out);
+  const auto& assertion = document["steps"].back();
+  ASSERT_EQ(assertion["kind"], "assert") << run.out;
+  for (const auto& rank : assertion["ranks"]) {
+    EXPECT_EQ(rank["values"][0].get<int64_t>(), int64_t{9007199254740993})
+        << run.out;
+  }
+
+  const fs::path off = dir_ / "off_by_one.yaml";
+  std::ofstream(off) << R"(steps:
+  - alloc: {name: wide2, shape: [1], dtype: int64, fill: zeros}
+  - write: {tensor: wide2, values: ["2**53 + 1"]}
+  - assert: {tensor: wide2, equal: ["2**53"]}
+)";
+  Result wrong = Ccctl("run " + off.string());
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.out << wrong.err;
+  EXPECT_NE((wrong.out + wrong.err)
+                .find("is 9007199254740993, expected 9007199254740992"),
+            std::string::npos)
+      << wrong.out << wrong.err;
+}
+
 TEST_F(CcctlTest, LoneRecvSendWithoutRecvAndTest) {
   ASSERT_EQ(Ccctl("tensor alloc lone --shape 3").exit_code, 0);
   // The tutorial's trap, bounded: a recv whose sender never sends.

@@ -5,7 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
+
+#include "client/ccctl/values.h"
 
 namespace ccl::ctl {
 namespace {
@@ -36,6 +40,39 @@ TEST(ExpressionTest, Arithmetic) {
   EXPECT_EQ(Eval("2 ** 3 ** 2"), 512);
   EXPECT_EQ(Eval("-2 ** 2"), -4);
   EXPECT_EQ(Eval("2 * -3"), -6);
+}
+
+// Integers stay exact as in Python (within int64), so an int64 tensor's
+// values never pass through a double; past int64, doubles as before.
+TEST(ExpressionTest, IntegersStayExact) {
+  auto number = [](const std::string& text) {
+    auto e = Expression::Parse(text);
+    EXPECT_TRUE(e.ok()) << text << ": " << e.status();
+    auto n = e.ok() ? e->EvaluateNumber({{"rank", 3}}) : Number::Real(-1);
+    EXPECT_TRUE(n.ok()) << text << ": " << n.status();
+    return n.ok() ? *n : Number::Real(-1);
+  };
+  EXPECT_EQ(number("9007199254740993").integer(), 9007199254740993);
+  EXPECT_EQ(number("2**53 + 1").integer(), 9007199254740993);
+  EXPECT_EQ(number("-9223372036854775807 - 1").integer(), INT64_MIN);
+  EXPECT_EQ(number("9223372036854775807 - rank").integer(),
+            9223372036854775804);
+  EXPECT_EQ(number("-7 // 2").integer(), -4);
+  EXPECT_EQ(number("-7 % 3").integer(), 2);
+  EXPECT_EQ(number("7 % -3").integer(), -2);
+  // True division and fractions are doubles, as in Python.
+  EXPECT_FALSE(number("4 / 2").is_integer());
+  EXPECT_EQ(number("4 / 2").AsDouble(), 2.0);
+  EXPECT_FALSE(number("2 ** -1").is_integer());
+  EXPECT_FALSE(number("1.5 * 2").is_integer());
+  // Past int64: a double, never a wrapped integer.
+  EXPECT_FALSE(number("2**63").is_integer());
+  EXPECT_EQ(number("2**63").AsDouble(), 9223372036854775808.0);
+  EXPECT_FALSE(number("9223372036854775807 + 1").is_integer());
+  EXPECT_FALSE(number("-(-9223372036854775807 - 1)").is_integer());
+  EXPECT_FALSE(number("99999999999999999999").is_integer());
+  EXPECT_EQ(number("9007199254740993").ToString(), "9007199254740993");
+  EXPECT_EQ(number("0.1").ToString(), "0.10000000000000001");
 }
 
 TEST(ExpressionTest, Variables) {
@@ -208,7 +245,7 @@ TEST(CheckValuesTest, EqualCloseAndAll) {
   EXPECT_THAT(wrong.message(), HasSubstr("[1] is 3, expected 2"));
   EXPECT_THAT(wrong.message(), HasSubstr("1 of 2 elements differ"));
   // Expected list longer than the tensor.
-  EXPECT_THAT(CheckValues(equal, {1}, 1, vars).message(),
+  EXPECT_THAT(CheckValues(equal, std::vector<double>{1}, 1, vars).message(),
               HasSubstr("the tensor has 1"));
 
   Step close = AssertStep("{tensor: x, close: [0.1, 0.2]}");
@@ -223,18 +260,87 @@ TEST(CheckValuesTest, EqualCloseAndAll) {
   EXPECT_TRUE(CheckValues(scalar, {0, 0, 0, 0}, 4, vars).ok());
 }
 
+// An int64 head read back exactly is compared exactly: 2^53 and 2^53 + 1
+// are one double but two values.
+TEST(CheckValuesTest, Int64ComparedExactly) {
+  const Vars vars = {{"rank", 0}, {"world_size", 2}};
+  Step step = AssertStep("{tensor: x, equal: [\"2**53 + 1\", -3]}");
+  EXPECT_TRUE(
+      CheckValues(step,
+                  {Number::Integer(9007199254740993), Number::Integer(-3)}, 2,
+                  vars)
+          .ok());
+  auto off_by_one = CheckValues(
+      step, {Number::Integer(9007199254740992), Number::Integer(-3)}, 2, vars);
+  ASSERT_FALSE(off_by_one.ok());
+  EXPECT_THAT(off_by_one.message(),
+              HasSubstr("[0] is 9007199254740992, expected 9007199254740993"));
+}
+
 TEST(ValuesToWriteTest, ListAndAll) {
   auto experiment = ParseExperiment(
       "steps:\n  - write: {tensor: x, values: [\"rank\", \"rank + i\"]}\n"
       "  - write: {tensor: x, all: \"i * 10\", offset: 1}\n");
   ASSERT_TRUE(experiment.ok()) << experiment.status();
+  auto as_doubles = [](const std::vector<Number>& numbers) {
+    std::vector<double> out;
+    for (const Number& n : numbers) out.push_back(n.AsDouble());
+    return out;
+  };
   auto values = ValuesToWrite(experiment->steps[0], 4, {{"rank", 2}});
   ASSERT_TRUE(values.ok());
-  EXPECT_EQ(*values, (std::vector<double>{2, 3}));
+  EXPECT_EQ(as_doubles(*values), (std::vector<double>{2, 3}));
   EXPECT_FALSE(ValuesToWrite(experiment->steps[0], 1, {{"rank", 2}}).ok());
   values = ValuesToWrite(experiment->steps[1], 3, {{"rank", 0}});
   ASSERT_TRUE(values.ok());
-  EXPECT_EQ(*values, (std::vector<double>{10, 20}));
+  EXPECT_EQ(as_doubles(*values), (std::vector<double>{10, 20}));
+}
+
+// What a write step stores: integers exactly, and a value the dtype cannot
+// hold refused with the value and the range, never rounded or wrapped.
+TEST(ValuesToWriteTest, StoredExactlyOrRefused) {
+  auto experiment = ParseExperiment(
+      "steps:\n  - write: {tensor: x, values: [\"2**53 + 1\", "
+      "\"-9223372036854775807 - 1\"]}\n"
+      "  - write: {tensor: x, values: [\"255 + rank\"]}\n"
+      "  - write: {tensor: x, values: [\"rank / 2\"]}\n"
+      "  - write: {tensor: x, values: [\"-2**63\"]}\n");
+  ASSERT_TRUE(experiment.ok()) << experiment.status();
+  auto wide = ValuesToWrite(experiment->steps[0], 2, {{"rank", 0}});
+  ASSERT_TRUE(wide.ok());
+  auto bytes = EncodeNumbers(DType::kInt64, *wide);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  int64_t stored[2];
+  ASSERT_EQ(bytes->size(), sizeof(stored));
+  std::memcpy(stored, bytes->data(), sizeof(stored));
+  EXPECT_EQ(stored[0], 9007199254740993);
+  EXPECT_EQ(stored[1], INT64_MIN);
+
+  auto byte = ValuesToWrite(experiment->steps[1], 1, {{"rank", 1}});
+  ASSERT_TRUE(byte.ok());
+  auto refused = EncodeNumbers(DType::kUInt8, *byte);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("256 does not fit uint8"));
+
+  auto half = ValuesToWrite(experiment->steps[2], 1, {{"rank", 1}});
+  ASSERT_TRUE(half.ok());
+  EXPECT_FALSE(EncodeNumbers(DType::kInt32, *half).ok());
+  // At rank 2 the same expression is 1.0, a whole number: stored as 1.
+  half = ValuesToWrite(experiment->steps[2], 1, {{"rank", 2}});
+  ASSERT_TRUE(half.ok());
+  bytes = EncodeNumbers(DType::kInt32, *half);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  int32_t one = 0;
+  std::memcpy(&one, bytes->data(), sizeof(one));
+  EXPECT_EQ(one, 1);
+  // -2**63 is -(2**63): its intermediate passes int64, so it is a double;
+  // refused for int64 with the reason, not stored as the double's value.
+  auto past = ValuesToWrite(experiment->steps[3], 1, {{"rank", 0}});
+  ASSERT_TRUE(past.ok());
+  auto inexact = EncodeNumbers(DType::kInt64, *past);
+  ASSERT_FALSE(inexact.ok());
+  EXPECT_THAT(inexact.status().message(), HasSubstr("computed in floating"));
 }
 
 // Every shipped example parses and resolves for the world sizes it supports;
