@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace ccl {
 namespace {
@@ -48,24 +49,26 @@ OpFingerprint FingerprintOf(const BoundOp& op, int rank) {
                        0};
 }
 
-absl::Status CheckWithdrawn(int64_t seq,
-                            const std::vector<OpFingerprint>& all) {
-  std::vector<int32_t> ranks;
+absl::Status CheckRefused(int64_t seq, const std::vector<OpFingerprint>& all) {
   std::vector<int32_t> refused;
   for (const OpFingerprint& f : all) {
-    if (f.withdrawn == kRefusedVote) {
-      refused.push_back(f.rank);
-    } else if (f.withdrawn != 0) {
-      ranks.push_back(f.rank);
-    }
+    if (f.withdrawn == kRefusedVote) refused.push_back(f.rank);
   }
-  if (!refused.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "seq ", seq, " was refused at ",
-        refused.size() == 1 ? "rank " : "ranks ", absl::StrJoin(refused, ", "),
-        " (its caller there was told why: a tensor that rank does not hold, "
-        "one that is busy, or one that does not fit the op), so no rank ran "
-        "it and nothing was sent"));
+  if (refused.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "seq ", seq, " was refused at ", refused.size() == 1 ? "rank " : "ranks ",
+      absl::StrJoin(refused, ", "),
+      " (its caller there was told why: a tensor that rank does not hold, "
+      "one that is busy, or one that does not fit the op), so no rank ran "
+      "it and nothing was sent"));
+}
+
+absl::Status CheckWithdrawn(int64_t seq,
+                            const std::vector<OpFingerprint>& all) {
+  CCL_RETURN_IF_ERROR(CheckRefused(seq, all));
+  std::vector<int32_t> ranks;
+  for (const OpFingerprint& f : all) {
+    if (f.withdrawn != 0) ranks.push_back(f.rank);
   }
   if (ranks.empty()) return absl::OkStatus();
   return absl::CancelledError(absl::StrCat(

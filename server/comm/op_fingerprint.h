@@ -47,6 +47,10 @@ std::string Describe(const OpFingerprint& f);
 // (BoundOp::withdrawn), OK if none. Every rank sees the same fingerprints,
 // so every rank drops the op alike.
 absl::Status CheckWithdrawn(int64_t seq, const std::vector<OpFingerprint>& all);
+// Only the first half: FAILED_PRECONDITION naming the ranks that refused the
+// op, OK if none (a bench's checkpoint, whose own stop votes are not
+// withdrawals of an op).
+absl::Status CheckRefused(int64_t seq, const std::vector<OpFingerprint>& all);
 
 // INVALID_ARGUMENT naming every rank that differs from rank 0 when the
 // fingerprints of one collective (one per rank, in rank order) disagree.

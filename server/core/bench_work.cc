@@ -121,15 +121,20 @@ class BenchWork::StopPoints {
     const int64_t seq = bench_.spec().seq;
     const auto deadline =
         now + std::max(bench_.op_.timeout, std::chrono::milliseconds(1));
+    // A rank that refused the bench (a tensor it lacks) stands in for it
+    // with one exchange, its vote kRefusedVote: the bench fails here,
+    // naming that rank, before its op is compared with the bench's.
     if (kind == OpKind::kSend || kind == OpKind::kRecv) {
       all.resize(2);
       CCL_RETURN_IF_ERROR(comm_.ExchangeHost(bench_.op_.peer, &mine, &all[1],
                                              sizeof(OpFingerprint), deadline));
+      CCL_RETURN_IF_ERROR(CheckRefused(seq, all));
       CCL_RETURN_IF_ERROR(ComparePointToPoint(seq, mine, all[1]));
     } else if (kind != OpKind::kNop) {
       all.resize(static_cast<size_t>(comm_.size()));
       CCL_RETURN_IF_ERROR(comm_.AllGatherHost(&mine, all.data(),
                                               sizeof(OpFingerprint), deadline));
+      CCL_RETURN_IF_ERROR(CheckRefused(seq, all));
       CCL_RETURN_IF_ERROR(CompareCollective(seq, all));
     }
     started_ = true;

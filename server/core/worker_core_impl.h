@@ -246,16 +246,24 @@ class WorkerCoreImpl final : public WorkerCore {
           options.warmup, ", ", options.iters, " and ",
           options.graph_launches)));
     }
+    // Refused for this rank's own tensors: stood in for, as an op is
+    // (RefuseInStep). A bench's first checkpoint exchanges whether or not
+    // it skips the agreement, so its stand-in always takes part.
+    auto refuse_in_step = [&](absl::Status why) {
+      OpSpec checked = normalized;
+      checked.agree = true;
+      return RefuseInStep(*executor, normalized, 1, {checked}, std::move(why));
+    };
     auto resolved = Resolve(normalized, executor->communicator(), store_,
                             config_.default_op_timeout);
-    if (!resolved.ok()) return refuse(resolved.status());
+    if (!resolved.ok()) return refuse_in_step(resolved.status());
     const int64_t id = next_work_id_.fetch_add(1);
     auto work = std::make_shared<BenchWork>(
         id, normalized, resolved->op, resolved->tensors, options, &store_);
     if (absl::Status s = store_.Hold(
             resolved->tensors, id, absl::StrCat("bench of ", work->Describe()));
         !s.ok()) {
-      return refuse(s);
+      return refuse_in_step(s);
     }
     FlightEntry entry{normalized, resolved->op.dtype, resolved->op.count, work};
     if (absl::Status s = executor->Enqueue(work); !s.ok()) {

@@ -291,6 +291,49 @@ TEST(Validation, AnOpOneRankRefusesFailsEverywhereAndTheGroupGoesOn) {
   EXPECT_EQ(ReadAll(w[2], "t"), (std::vector<double>{3, 3}));
 }
 
+// The same for a bench: the refusing rank stands in at its seq, so the
+// ranks that accepted it fail at its first checkpoint, naming that rank,
+// and the group goes on in step (given back, the seq would put that rank
+// ahead and abort the communicator at the next op).
+TEST(Validation, ABenchOneRankRefusesFailsEverywhereAndTheGroupGoesOn) {
+  World w(3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(Alloc(w[r], "t", DType::kFloat32, 2, {FillKind::kOnes}).ok());
+  }
+  BenchOptions options;
+  options.warmup = 1;
+  options.iters = 5;
+  for (bool agree : {true, false}) {
+    SCOPED_TRACE(agree ? "checked" : "skip_agreement");
+    const int64_t seq = agree ? 0 : 1;
+    OpSpec spec = Op(OpKind::kAllReduce, seq, "t");
+    spec.agree = agree;
+    OpSpec missing = spec;
+    missing.input = "missing";
+    auto a = w[0].Bench(spec, options);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(w[1].Bench(missing, options).status().code(),
+              absl::StatusCode::kNotFound);
+    auto c = w[2].Bench(spec, options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (auto* work : {&*a, &*c}) {
+      const absl::Status status = (*work)->Wait(kWait);
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      EXPECT_NE(status.message().find("refused at rank 1"), std::string::npos)
+          << status;
+    }
+  }
+  // Nothing was sent, and the next seq runs on the same communicator.
+  EXPECT_EQ(ReadAll(w[0], "t"), (std::vector<double>{1, 1}));
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < 3; ++r) {
+    works.push_back(SubmitOk(w[r], Op(OpKind::kAllReduce, 2, "t")));
+  }
+  for (auto& work : works)
+    ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
+  EXPECT_EQ(ReadAll(w[1], "t"), (std::vector<double>{3, 3}));
+}
+
 TEST(Validation, NoWorldYet) {
   auto core = WorkerCore::Create(DefaultConfig());
   ASSERT_TRUE(core.ok());
