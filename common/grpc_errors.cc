@@ -41,11 +41,9 @@ class ParseErrorInterceptor final : public grpc::experimental::Interceptor {
           status.error_message().empty()) {
         const std::string type = RequestTypeOf(method_);
         if (!type.empty()) {
-          methods->ModifySendStatus(grpc::Status(
-              grpc::StatusCode::INVALID_ARGUMENT,
-              "the request of " + method_ + " does not parse as a " + type +
-                  " message (a corrupt body, or a client built from other "
-                  ".proto files than this server)"));
+          methods->ModifySendStatus(
+              grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                           UnparsedRequestMessage(method_, type)));
         }
       }
     }
@@ -67,6 +65,19 @@ class ParseErrorInterceptorFactory final
 
 }  // namespace
 
+std::string UnknownMethodMessage(const std::string& method,
+                                 const std::string& served) {
+  return "no method " + method + " here; this server serves " + served +
+         " (ccl/v1/*.proto) and grpc.health.v1.Health";
+}
+
+std::string UnparsedRequestMessage(const std::string& method_path,
+                                   const std::string& type) {
+  return "the request of " + method_path + " does not parse as a " + type +
+         " message (a corrupt body, or a client built from other .proto files "
+         "than this server)";
+}
+
 // Every method no registered service serves ends up here.
 class RequestErrorDetails::UnknownMethods final
     : public grpc::CallbackGenericService {
@@ -81,11 +92,9 @@ class RequestErrorDetails::UnknownMethods final
       void OnDone() override { delete this; }
     };
     // The method is the caller's own string: only its length is bounded.
-    std::string method = context->method().substr(0, 256);
     return new Refusal(grpc::Status(
         grpc::StatusCode::UNIMPLEMENTED,
-        "no method " + method + " here; this server serves " + served_ +
-            " (ccl/v1/*.proto) and grpc.health.v1.Health"));
+        UnknownMethodMessage(context->method().substr(0, 256), served_)));
   }
 
  private:

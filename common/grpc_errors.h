@@ -13,6 +13,15 @@
 
 namespace ccl {
 
+// UNIMPLEMENTED's message for `method`, which no service of the server
+// serves; `served` names the daemon's own service ("ccl.v1.Worker").
+std::string UnknownMethodMessage(const std::string& method,
+                                 const std::string& served);
+// INVALID_ARGUMENT's message for a request body of `method_path`
+// ("/ccl.v1.Worker/Submit") that does not parse as a `type` message.
+std::string UnparsedRequestMessage(const std::string& method_path,
+                                   const std::string& type);
+
 class RequestErrorDetails {
  public:
   // `served` lists the daemon's services for the message ("ccl.v1.Worker").

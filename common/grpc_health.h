@@ -11,7 +11,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <string>
+
+#include "common/queue_server.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace ccl {
 
@@ -19,6 +23,9 @@ inline constexpr char kLivenessService[] = "liveness";
 
 // Call once before the first grpc::ServerBuilder is made.
 void EnableHealthAndReflection();
+// Reflection alone, for a server that answers health on its own queue
+// (QueueHealth): gRPC's default health service is a callback service.
+void EnableReflection();
 
 class ServingHealth {
  public:
@@ -30,6 +37,24 @@ class ServingHealth {
  private:
   grpc::HealthCheckServiceInterface* health_;
   std::string service_;
+};
+
+// grpc.health.v1 on a ServerQueue (common/queue_server.h), with the names
+// and states of ServingHealth. Watch is answered UNIMPLEMENTED (the health
+// protocol allows it; poll Check), as no client of ours watches.
+class QueueHealth {
+ public:
+  explicit QueueHealth(std::string service);
+  // Before BuildAndStart.
+  void Register(grpc::ServerBuilder& builder);
+  // After BuildAndStart.
+  void Serve(ServerQueue& queue);
+  void SetReady(bool ready) { ready_.store(ready); }
+
+ private:
+  const std::string service_;
+  std::atomic<bool> ready_{false};
+  AllRaw<grpc::health::v1::Health> methods_;
 };
 
 }  // namespace ccl

@@ -17,15 +17,16 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/daemon_flags.h"
-#include "common/grpc_errors.h"
 #include "common/grpc_health.h"
 #include "common/heap_policy.h"
 #include "common/hostname_rank.h"
 #include "common/logging.h"
 #include "common/metrics_http.h"
 #include "common/process_safety.h"
+#include "common/queue_server.h"
 #include "common/secrets.h"
 #include "common/security_flags.h"
 #include "common/types.h"
@@ -291,16 +292,37 @@ int main(int argc, char** argv) {
   // Tensor writes stream in chunks well under this.
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<int64_t>(limits.max_message_bytes, INT32_MAX)));
-  builder.RegisterService(&service);
-  ccl::RequestErrorDetails error_details("ccl.v1.Worker");
-  error_details.Install(builder);
-  ccl::EnableHealthAndReflection();
+  // Every method, health and unknown methods on one completion queue
+  // (common/queue_server.h says why no callback service may be on it).
+  service.Register(builder);
+  ccl::QueueHealth health("ccl.v1.Worker");
+  health.Register(builder);
+  ccl::UnknownMethods unknown_methods("ccl.v1.Worker");
+  unknown_methods.Register(builder);
+  ccl::EnableReflection();
+  ccl::ServerQueue queue(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     spdlog::error("ccworker: cannot listen on {}", listen);
     return 1;
   }
-  ccl::ServingHealth health(*server, "ccl.v1.Worker");
+  // However this returns: the queue's events refer to the server, so the
+  // queue is drained and closed before the server is destroyed (done at the
+  // end already on the way out of a normal stop; both calls are idempotent).
+  absl::Cleanup close_queue = [&] {
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::seconds(1));
+    queue.Close(std::chrono::seconds(1));
+  };
+  if (absl::Status serving = service.Serve(queue); !serving.ok()) {
+    spdlog::error("ccworker: {}", serving.ToString());
+    return 1;
+  }
+  health.Serve(queue);
+  unknown_methods.Serve(queue);
+  // Handlers never block, so two threads keep the queue moving while one is
+  // in a handler; more only contend for the queue.
+  queue.Start(2);
   const std::string address = absl::StrCat(advertise_host, ":", bound_port);
   service.set_address(address);
   std::printf("ccworker listening on %s\n", address.c_str());
@@ -391,7 +413,10 @@ int main(int argc, char** argv) {
   absl::Status left = agent.Leave();
   if (!left.ok()) spdlog::warn("ccworker: deregister: {}", left.ToString());
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Ends every work, so every call still open is answered (cancelled calls
+  // included: the client is gone, the answer is dropped).
   (*core)->Shutdown();
+  queue.Close(std::chrono::seconds(5));
   server->Wait();
   if (*metrics_server) (*metrics_server)->Stop();
   spdlog::info("ccworker: rank {} stopped", my_rank);

@@ -1,8 +1,9 @@
 // gRPC adapter of the worker: checks each request against the limits,
 // converts it (convert.h), calls WorkerCore and converts the answer back. Holds
-// no state of its own beyond in-flight reactors; nothing in here blocks a gRPC
-// thread (sync ops finish their reactor from the op's completion callback, Wait
-// parks on the work and a timer).
+// no state of its own beyond calls in flight; nothing in here blocks a queue
+// thread (sync ops are answered from the op's completion callback, Wait parks
+// on the work and a timer). Served on the completion-queue API
+// (common/queue_server.h says why).
 #pragma once
 
 #include <atomic>
@@ -11,13 +12,12 @@
 #include <string>
 
 #include "ccl/v1/worker.grpc.pb.h"
+#include "common/queue_server.h"
 #include "common/timer_queue.h"
 #include "server/core/worker_core.h"
 #include "server/rpc/request_limits.h"
 
 namespace ccl {
-
-class CallReactor;
 
 // What GetInfo reports besides the core's own state.
 struct WorkerIdentity {
@@ -26,7 +26,7 @@ struct WorkerIdentity {
   std::string version;
 };
 
-class WorkerService final : public v1::Worker::CallbackService {
+class WorkerService final {
  public:
   // Every request is checked against `limits` before it reaches the core.
   WorkerService(WorkerCore& core, WorkerIdentity identity,
@@ -37,56 +37,53 @@ class WorkerService final : public v1::Worker::CallbackService {
   // Known only once the server has bound its port.
   void set_address(std::string address);
 
-  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
-                                    const v1::GetInfoRequest* request,
-                                    v1::WorkerInfo* response) override;
-  grpc::ServerUnaryReactor* AllocTensor(grpc::CallbackServerContext* context,
-                                        const v1::AllocTensorRequest* request,
-                                        v1::TensorInfo* response) override;
-  grpc::ServerUnaryReactor* FreeTensor(
-      grpc::CallbackServerContext* context,
-      const v1::FreeTensorRequest* request,
-      v1::FreeTensorResponse* response) override;
-  grpc::ServerUnaryReactor* ListTensors(
-      grpc::CallbackServerContext* context,
-      const v1::ListTensorsRequest* request,
-      v1::ListTensorsResponse* response) override;
-  grpc::ServerReadReactor<v1::WriteTensorChunk>* WriteTensor(
-      grpc::CallbackServerContext* context, v1::TensorInfo* response) override;
-  grpc::ServerWriteReactor<v1::ReadTensorChunk>* ReadTensor(
-      grpc::CallbackServerContext* context,
-      const v1::ReadTensorRequest* request) override;
-  grpc::ServerUnaryReactor* SummarizeTensor(
-      grpc::CallbackServerContext* context,
-      const v1::SummarizeTensorRequest* request,
-      v1::TensorSummary* response) override;
-  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
-                                   const v1::OpRequest* request,
-                                   v1::OpResponse* response) override;
-  grpc::ServerUnaryReactor* SubmitPlan(grpc::CallbackServerContext* context,
-                                       const v1::PlanRequest* request,
-                                       v1::PlanResponse* response) override;
-  grpc::ServerUnaryReactor* ReleaseSequence(
-      grpc::CallbackServerContext* context,
-      const v1::ReleaseSequenceRequest* request,
-      v1::ReleaseSequenceResponse* response) override;
-  grpc::ServerUnaryReactor* Bench(grpc::CallbackServerContext* context,
-                                  const v1::BenchRequest* request,
-                                  v1::BenchResponse* response) override;
-  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* context,
-                                 const v1::WaitRequest* request,
-                                 v1::WorkStatus* response) override;
-  grpc::ServerUnaryReactor* Test(grpc::CallbackServerContext* context,
-                                 const v1::TestRequest* request,
-                                 v1::WorkStatus* response) override;
-  grpc::ServerUnaryReactor* GetOpLog(grpc::CallbackServerContext* context,
-                                     const v1::GetOpLogRequest* request,
-                                     v1::OpLog* response) override;
-  grpc::ServerUnaryReactor* CreateGroup(grpc::CallbackServerContext* context,
-                                        const v1::CreateGroupRequest* request,
-                                        v1::GroupInfo* response) override;
+  // Before BuildAndStart.
+  void Register(grpc::ServerBuilder& builder);
+  // After BuildAndStart: each method's first call is waited for on `queue`.
+  absl::Status Serve(ServerQueue& queue);
 
  private:
+  using GetInfoCall = UnaryCall<v1::GetInfoRequest, v1::WorkerInfo>;
+  using AllocTensorCall = UnaryCall<v1::AllocTensorRequest, v1::TensorInfo>;
+  using FreeTensorCall =
+      UnaryCall<v1::FreeTensorRequest, v1::FreeTensorResponse>;
+  using ListTensorsCall =
+      UnaryCall<v1::ListTensorsRequest, v1::ListTensorsResponse>;
+  using SummarizeTensorCall =
+      UnaryCall<v1::SummarizeTensorRequest, v1::TensorSummary>;
+  using SubmitCall = UnaryCall<v1::OpRequest, v1::OpResponse>;
+  using SubmitPlanCall = UnaryCall<v1::PlanRequest, v1::PlanResponse>;
+  using ReleaseSequenceCall =
+      UnaryCall<v1::ReleaseSequenceRequest, v1::ReleaseSequenceResponse>;
+  using BenchCall = UnaryCall<v1::BenchRequest, v1::BenchResponse>;
+  using WaitCall = UnaryCall<v1::WaitRequest, v1::WorkStatus>;
+  using TestCall = UnaryCall<v1::TestRequest, v1::WorkStatus>;
+  using CreateGroupCall = UnaryCall<v1::CreateGroupRequest, v1::GroupInfo>;
+  using GetOpLogCall = UnaryCall<v1::GetOpLogRequest, v1::OpLog>;
+
+  void GetInfo(GetInfoCall* call);
+  void AllocTensor(AllocTensorCall* call);
+  void FreeTensor(FreeTensorCall* call);
+  void ListTensors(ListTensorsCall* call);
+  absl::StatusOr<std::unique_ptr<StreamSource>> ReadTensor(
+      const v1::ReadTensorRequest& request);
+  void SummarizeTensor(SummarizeTensorCall* call);
+  void Submit(SubmitCall* call);
+  void SubmitPlan(SubmitPlanCall* call);
+  void ReleaseSequence(ReleaseSequenceCall* call);
+  void Bench(BenchCall* call);
+  void Wait(WaitCall* call);
+  void Test(TestCall* call);
+  void CreateGroup(CreateGroupCall* call);
+  void GetOpLog(GetOpLogCall* call);
+
+  // Answers `call` with what `respond` fills in and returns once `work`
+  // ends, or earlier if the call's deadline comes while the work is still
+  // queued (see the .cc).
+  void AnswerWhenDone(UnaryAnswer* call, std::shared_ptr<Work> work,
+                      std::function<std::string()> why_queued,
+                      std::function<absl::Status()> respond);
+
   // Says, when asked, why the work at `seq` of `group` is still queued.
   std::function<std::string()> WhyQueuedFor(std::string group, int64_t seq);
   // Runs `start` now, or once this worker reaches `generation`. If it does
@@ -104,10 +101,11 @@ class WorkerService final : public v1::Worker::CallbackService {
       int64_t work_id, const std::string& worker_id) const;
   void InGeneration(int64_t generation, int64_t timeout_ms,
                     const std::string& group, int64_t seq, int64_t count,
-                    CallReactor* reactor, std::function<void()> start);
+                    UnaryAnswer* call, std::function<void()> start);
 
   WorkerCore& core_;
   const RequestLimits limits_;
+  AllRaw<v1::Worker> methods_;
   WorkerIdentity identity_;  // address guarded by state_mutex_
   TimerQueue timers_;
   std::mutex state_mutex_;

@@ -4,6 +4,8 @@
 // with the reason, in bounded time; nothing moves, nobody dies, and the world
 // goes on at the same generation. The same cases run on NCCL in
 // failure_nccl_test.
+#include <grpcpp/generic/generic_stub.h>
+
 #include "tests/integration/failure_fixture.h"
 
 namespace ccl::failure_testing {
@@ -319,6 +321,65 @@ TEST_F(RefusalTest, ASplitQueuedBehindAnotherSeqIsAnsweredBeforeItsDeadline) {
   }
   ExpectCorrectAllReduce("check");
   EXPECT_EQ(Client()->world().generation, generation_);
+}
+
+// Bytes that are no request, and methods nobody serves, sent straight to
+// each daemon: each is answered with what was wrong (the message a request
+// should have been, or what the server serves), not gRPC's bare INTERNAL or
+// an empty UNIMPLEMENTED; every daemon lives on and the world goes on.
+TEST_F(RefusalTest, UnparseableRequestsAndUnknownMethodsAreNamed) {
+  // One unary call of `method` with `body` as its request bytes.
+  auto call = [](const std::string& address, const std::string& method,
+                 const std::string& body) {
+    grpc::GenericStub stub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    grpc::CompletionQueue queue;
+    grpc::Slice slice(body.data(), body.size());
+    grpc::ByteBuffer request(&slice, 1);
+    auto rpc = stub.PrepareUnaryCall(&context, method, request, &queue);
+    rpc->StartCall();
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    rpc->Finish(&response, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(queue.Next(&tag, &ok));
+    queue.Shutdown();
+    while (queue.Next(&tag, &ok)) {
+    }
+    return status;
+  };
+  // Field 1 as a length-delimited string longer than the body: no message.
+  const std::string garbage("\x0a\x7f\x01\x02", 4);
+  const std::string worker = client_->world().members.at(0).address;
+  const std::string coordinator = cluster_->coordinator_address();
+
+  grpc::Status status = call(worker, "/ccl.v1.Worker/Submit", garbage);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("/ccl.v1.Worker/Submit does not parse as a "
+                        "ccl.v1.OpRequest message"));
+  status = call(worker, "/ccl.v1.Worker/NoSuchMethod", "");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("no method /ccl.v1.Worker/NoSuchMethod here; this "
+                        "server serves ccl.v1.Worker"));
+  status = call(coordinator, "/ccl.v1.Coordinator/Register", garbage);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("does not parse as a ccl.v1.RegisterRequest message"));
+  status = call(coordinator, "/ccl.v1.Coordinator/NoSuchMethod", "");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("this server serves "
+                                                "ccl.v1.Coordinator"));
+  // A request that parses still works on the same server.
+  status = call(worker, "/ccl.v1.Worker/GetInfo", "");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  ExpectTheWorldGoesOnAt(generation_);
 }
 
 }  // namespace
