@@ -27,8 +27,12 @@ foreach(_suite dtypes:unit world_view:unit ops:integration groups:integration
   string(REPLACE ":" ";" _parts ${_suite})
   list(GET _parts 0 _name)
   list(GET _parts 1 _label)
+  # A test still running after 240 s (a whole file takes ~10 s) prints every
+  # thread's stack before ctest's 300 s kill: a hang says where it is. One
+  # python_errors_test run timed out under load and left nothing to go on.
   add_test(NAME python_${_name}_test
     COMMAND ${CCL_PYTHON} -m pytest -q -p no:cacheprovider -rs
+      -o faulthandler_timeout=240
       ${PROJECT_SOURCE_DIR}/client/python/tests/test_${_name}.py)
   set_tests_properties(python_${_name}_test PROPERTIES
     LABELS "${_label};python" TIMEOUT 300
