@@ -40,6 +40,10 @@ int64_t ServerQueue::open_calls() {
 
 void ServerQueue::Close(std::chrono::milliseconds grace) {
   {
+    std::shared_lock<std::shared_mutex> lock(close_mutex_);
+    if (closed_) return;
+  }
+  {
     std::unique_lock<std::mutex> lock(open_mutex_);
     open_changed_.wait_for(lock, grace, [this] { return open_ == 0; });
   }
@@ -79,7 +83,6 @@ void QueueCall::OnArrival(bool ok) {
     return;
   }
   queue_.CallOpened();
-  refs_.store(2);  // the answer's completion and the call's end
   MakeNext()->StartWaiting();
   Arrived();
 }
@@ -142,7 +145,7 @@ class UnknownMethods::Call final : public QueueCall {
  public:
   Call(ServerQueue& queue, UnknownMethods& owner)
       : QueueCall(queue), owner_(owner) {}
-  static void Start(ServerQueue& queue, UnknownMethods& owner) {
+  static void Listen(ServerQueue& queue, UnknownMethods& owner) {
     (new Call(queue, owner))->StartWaiting();
   }
 
@@ -157,13 +160,13 @@ class UnknownMethods::Call final : public QueueCall {
     const grpc::Status status(
         grpc::StatusCode::UNIMPLEMENTED,
         UnknownMethodMessage(context_.method().substr(0, 256), owner_.served_));
-    queue_.Post([&] { stream_.Finish(status, &finished_); });
+    Start([&] { stream_.Finish(status, &finished_); });
   }
 
   UnknownMethods& owner_;
   grpc::GenericServerAsyncReaderWriter stream_{&context_};
 };
 
-void UnknownMethods::Serve(ServerQueue& queue) { Call::Start(queue, *this); }
+void UnknownMethods::Serve(ServerQueue& queue) { Call::Listen(queue, *this); }
 
 }  // namespace ccl

@@ -209,6 +209,13 @@ class QueueCall {
   virtual void Arrived() = 0;
   // A read or write started with `&io_` completed.
   virtual void IoDone(bool) {}
+  // Starts `operation` (an answer, a read or a write) on the queue. After the
+  // queue closed it cannot start, its completion never comes, and the call
+  // ends here instead (the call's end was returned by the close already).
+  template <typename Operation>
+  void Start(Operation&& operation) {
+    if (!queue_.Post(std::forward<Operation>(operation))) Unref();
+  }
 
   ServerQueue& queue_;
   grpc::GenericServerContext context_;
@@ -232,9 +239,15 @@ class QueueCall {
   void OnArrival(bool ok);
   void OnFinished(bool ok);
   void OnDone(bool ok);
+
+ protected:
   void Unref();
 
-  std::atomic<int> refs_{0};
+ private:
+  // The answer's completion and the call's end. Counted from the start:
+  // gRPC may return the end of a call cancelled while queued (the done tag)
+  // to another thread before the arrival is handled here.
+  std::atomic<int> refs_{2};
   std::mutex cancel_mutex_;
   bool cancelled_ = false;
   std::function<void()> on_cancel_;
@@ -320,7 +333,7 @@ void UnaryCall<Request, Response>::Finish(const absl::Status& status) {
   grpc::ByteBuffer bytes;
   absl::Status answer = status;
   if (answer.ok()) answer = SerializeMessage(response_, &bytes);
-  queue_.Post([&] {
+  Start([&] {
     if (answer.ok()) {
       writer_.Finish(bytes, grpc::Status::OK, &finished_);
     } else {
@@ -405,10 +418,10 @@ class ServerStreamCall final : public QueueCall {
       End(s);
       return;
     }
-    queue_.Post([&] { writer_.Write(out_, &io_); });
+    Start([&] { writer_.Write(out_, &io_); });
   }
   void End(const absl::Status& status) {
-    queue_.Post([&] { writer_.Finish(GrpcStatusOf(status), &finished_); });
+    Start([&] { writer_.Finish(GrpcStatusOf(status), &finished_); });
   }
 
   RawMethods& methods_;
@@ -463,7 +476,7 @@ class ClientStreamCall final : public QueueCall {
     ReadNext();
   }
   void ReadNext() {
-    queue_.Post([&] { reader_.Read(&in_, &io_); });
+    Start([&] { reader_.Read(&in_, &io_); });
   }
   void IoDone(bool ok) override {
     if (!ok) {  // the client closed its side: every message is in
@@ -471,7 +484,7 @@ class ClientStreamCall final : public QueueCall {
       absl::Status status = sink_->End(&response);
       grpc::ByteBuffer bytes;
       if (status.ok()) status = SerializeMessage(response, &bytes);
-      queue_.Post([&] {
+      Start([&] {
         if (status.ok()) {
           reader_.Finish(bytes, grpc::Status::OK, &finished_);
         } else {
@@ -488,8 +501,7 @@ class ClientStreamCall final : public QueueCall {
                   UnparsedRequestMessage(methods_.MethodPath(method_),
                                          Chunk::descriptor()->full_name()));
     if (!status.ok()) {
-      queue_.Post(
-          [&] { reader_.FinishWithError(GrpcStatusOf(status), &finished_); });
+      Start([&] { reader_.FinishWithError(GrpcStatusOf(status), &finished_); });
       return;
     }
     ReadNext();

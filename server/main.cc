@@ -306,12 +306,16 @@ int main(int argc, char** argv) {
     spdlog::error("ccworker: cannot listen on {}", listen);
     return 1;
   }
-  // However this returns: the queue's events refer to the server, so the
-  // queue is drained and closed before the server is destroyed (done at the
-  // end already on the way out of a normal stop; both calls are idempotent).
+  // However this returns: no new call, every open call answered (the core's
+  // shutdown ends what it holds: works, generation waits, host tasks), then
+  // the queue drained and closed, all before the server, the queue and the
+  // service are destroyed; the core, destroyed after them, has nothing left
+  // to call back. A normal stop does the same below; each step is
+  // idempotent.
   absl::Cleanup close_queue = [&] {
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(1));
+    (*core)->Shutdown();
     queue.Close(std::chrono::seconds(1));
   };
   if (absl::Status serving = service.Serve(queue); !serving.ok()) {

@@ -279,9 +279,12 @@ void WorkerCoreImpl::AwaitGeneration(int64_t generation,
   waiter->generation = generation;
   waiter->ready = std::move(ready);
   bool now = false;
+  bool stopped = false;
   std::string beyond;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // After Shutdown nobody releases a waiter: answer at once.
+    stopped = shutdown_;
     now = !shutdown_ && world_ && generation_ >= generation;
     // The coordinator moves one generation at a time, and a worker in the
     // world hears of each within a heartbeat: one more than the latest it
@@ -298,14 +301,16 @@ void WorkerCoreImpl::AwaitGeneration(int64_t generation,
               ? absl::StrCat(" and re-forming into ", forming_generation_)
               : std::string(),
           ", and generations come one at a time");
-    } else if (!now) {
+    } else if (!now && !stopped) {
       waiters_.push_back(waiter);
       waiter->timer = timers_.ScheduleAfter(timeout, [this, waiter, timeout] {
         GenerationTimedOut(waiter, timeout);
       });
     }
   }
-  if (!beyond.empty()) {
+  if (stopped) {
+    waiter->ready(absl::CancelledError("the worker is shutting down"));
+  } else if (!beyond.empty()) {
     waiter->ready(absl::FailedPreconditionError(beyond));
   } else if (now) {
     waiter->ready(absl::OkStatus());
