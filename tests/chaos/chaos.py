@@ -80,6 +80,11 @@ class Run:
         self.stop_monitor = threading.Event()
         self.monitor_thread = None
         self.rss = {}          # proc name -> [(t, kib)]
+        # Workers only: RSS less the bytes of the tensors the worker holds at
+        # that moment (GetInfo), so that the RSS rule judges the daemon's own
+        # memory, not how many large tensors the clients keep in flight.
+        self.rss_net = {}      # proc name -> [(t, kib)]
+        self.worker_stubs = {}  # address -> Worker stub
         self.kv = []           # the coordinator's KV gauges over time
         self.probe_client = None
         self.probe_serial = 0
@@ -140,10 +145,12 @@ class Run:
         while not self.stop_monitor.is_set():
             for p in [self.coord, *self.workers, *self.clients.values()]:
                 p.check()
+            members = {}
             try:
                 w = stub.GetWorld(coordinator_pb2.GetWorldRequest(),
                                   timeout=1.0)
                 now = (w.generation, coordinator_pb2.WorldState.Name(w.state))
+                members = {m.rank: m.address for m in w.members}
             except grpc.RpcError as e:
                 now = (None, e.code().name)
             if now != last:
@@ -160,13 +167,36 @@ class Run:
                 except OSError:
                     pass  # the coordinator is down for a moment
                 for p in [self.coord, *self.workers]:
+                    held = (self.tensor_kib(members.get(
+                        self.workers.index(p))) if p is not self.coord
+                        else None)
                     kib = p.rss()
-                    if kib is not None:
-                        self.rss.setdefault(
-                            f"{p.name}.{p.incarnation}", []).append(
-                                (history.now(), kib))
+                    if kib is None:
+                        continue
+                    name = f"{p.name}.{p.incarnation}"
+                    self.rss.setdefault(name, []).append((history.now(), kib))
+                    if held is not None:
+                        self.rss_net.setdefault(name, []).append(
+                            (history.now(), kib - held))
             time.sleep(0.2)
         channel.close()
+
+    def tensor_kib(self, address):
+        """KiB of tensors the worker at `address` holds now; None if it does
+        not answer at once (stopped, restarting)."""
+        if not address:
+            return None
+        from ccl.v1 import worker_pb2, worker_pb2_grpc
+        import grpc
+        stub = self.worker_stubs.get(address)
+        if stub is None:
+            stub = worker_pb2_grpc.WorkerStub(grpc.insecure_channel(address))
+            self.worker_stubs[address] = stub
+        try:
+            info = stub.GetInfo(worker_pb2.GetInfoRequest(), timeout=0.5)
+        except grpc.RpcError:
+            return None
+        return info.tensor_bytes / 1024
 
     # -- recovery ----------------------------------------------------------
 
@@ -356,6 +386,8 @@ class Run:
         self.faults.write({"ev": "end", "t": history.now()})
         with open(os.path.join(self.out, "rss.json"), "w") as f:
             json.dump(self.rss, f)
+        with open(os.path.join(self.out, "rss_net.json"), "w") as f:
+            json.dump(self.rss_net, f)
         with open(os.path.join(self.out, "kv.json"), "w") as f:
             json.dump(self.kv, f)
         deaths = [{"proc": p.name, "t": t, "rc": rc, "log": log}

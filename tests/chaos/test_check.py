@@ -151,7 +151,7 @@ class History:
                             "t_end": start, "t_recovered": recovered,
                             "recovery_s": recovered - start})
 
-    def check(self, deaths=(), allow_dropped_groups=False):
+    def check(self, deaths=(), allow_dropped_groups=False, rss_after=None):
         def dump(name, rows):
             with open(os.path.join(self.dir, name), "w") as f:
                 for r in rows:
@@ -161,7 +161,8 @@ class History:
         dump("daemons.jsonl", self.daemons)
         dump("world.jsonl", [])
         args = types.SimpleNamespace(
-            allow_dropped_groups=allow_dropped_groups, op_timeout=3.0, seed=1)
+            allow_dropped_groups=allow_dropped_groups, op_timeout=3.0, seed=1,
+            rss_after=rss_after, rss_limit=0.05)
         return check.check(self.dir, args, deaths)
 
 
@@ -309,6 +310,33 @@ def test_a_daemon_that_died_unasked_fails_the_run(tmp_path):
                               "log": "ready (generation 39)"}])
     assert kinds(report) == ["daemon died"]
     assert report["daemons_died_unasked"] == 1
+
+
+def test_a_worker_is_judged_on_its_rss_less_its_tensors(tmp_path):
+    # 60 samples after a 10 s warm-up: the worker's RSS climbs by 40 MiB of
+    # tensors a client keeps (its own memory flat), the coordinator's by 10%.
+    ts = [float(t) for t in range(0, 140, 2)]
+    held = [0 if t < 70 else 40 * 1024 for t in ts]
+    rss = {"w0.1": [(t, 100_000 + h) for t, h in zip(ts, held)],
+           "coord.1": [(t, 20_000 * (1.10 if t >= 70 else 1.0)) for t in ts]}
+    net = {"w0.1": [(t, 100_000.0) for t in ts]}
+    for name, rows in (("rss.json", rss), ("rss_net.json", net)):
+        with open(os.path.join(str(tmp_path), name), "w") as f:
+            json.dump(rows, f)
+    report = History(tmp_path).check(rss_after=10)
+    assert kinds(report) == ["memory"]
+    assert [v["text"] for v in report["violations"]][0].startswith(
+        "coord.1: rss grew 10.0%")
+    assert report["rss_growth"]["w0.1"]["measure"] == "rss-tensors"
+    assert report["rss_growth"]["w0.1"]["growth"] == 0
+    assert report["rss_growth"]["w0.1"]["raw_growth"] > 0.4
+    # The worker's own memory growing is caught the same way.
+    net["w0.1"] = [(t, 100_000.0 * (1.06 if t >= 70 else 1.0)) for t in ts]
+    with open(os.path.join(str(tmp_path), "rss_net.json"), "w") as f:
+        json.dump(net, f)
+    report = History(tmp_path).check(rss_after=10)
+    assert sorted(v["text"].split(":")[0]
+                  for v in report["violations"]) == ["coord.1", "w0.1"]
 
 
 if __name__ == "__main__":
