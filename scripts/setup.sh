@@ -22,8 +22,10 @@ if [[ "${1:-}" != "--build" ]]; then
   packages+=(
     libbenchmark-dev python3-yaml
     # Offline checks of deploy/ and docker/, promtool for the metrics test,
-    # openssl for the TLS tests' certificates.
-    docker-compose prometheus shellcheck openssl
+    # openssl for the TLS tests' certificates, ip and iptables for the chaos
+    # tests' network namespaces and link cuts (without them those tests skip
+    # their partitions).
+    docker-compose prometheus shellcheck openssl iproute2 iptables
     "${python_packages[@]}"
   )
 fi
