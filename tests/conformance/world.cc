@@ -30,6 +30,29 @@ int MaxRanks() {
 #endif
 }
 
+#if CCL_CONFORMANCE_CUDA
+namespace {
+
+// Most cases are two-rank worlds, which need two GPUs. On a machine with
+// fewer, the run fails once, before any case, saying why; otherwise each
+// case would fail to make its world and then use the ranks it does not
+// have (a segfault, not an answer).
+class TwoGpus final : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    ASSERT_GE(MaxRanks(), 2)
+        << "the NCCL conformance suite needs at least 2 CUDA devices; this "
+           "machine has "
+        << MaxRanks() << " (run it on the GPU machine: scripts/gpu-check.sh)";
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const two_gpus =
+    ::testing::AddGlobalTestEnvironment(new TwoGpus);
+
+}  // namespace
+#endif
+
 World::World(int size, WorkerConfig config, int64_t generation) : size_(size) {
   for (int r = 0; r < size; ++r) {
     WorkerConfig rank_config = config;
