@@ -50,6 +50,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+# The driver starts daemons and clients (fork, then exec) while its own gRPC
+# channels are busy. grpcio's fork support makes every fork wait for gRPC's
+# thread pool to go idle first, which a busy pool may never do: the driver
+# then hangs, logging "Waiting for thread pool to idle before forking" every
+# 3 s until ctest kills it (chaos_seeded_test, once in a loaded run). Every
+# child here execs at once and none uses this process's gRPC state, so the
+# support is not needed; it must be off before grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import history  # noqa: E402
 import procs  # noqa: E402
@@ -80,11 +88,11 @@ class Run:
         self.stop_monitor = threading.Event()
         self.monitor_thread = None
         self.rss = {}          # proc name -> [(t, kib)]
-        # Workers only: RSS less the bytes of the tensors the worker holds at
-        # that moment (GetInfo), so that the RSS rule judges the daemon's own
-        # memory, not how many large tensors the clients keep in flight.
+        # Workers only: RSS less the bytes of the tensors the worker holds
+        # (as its last heartbeat told the coordinator, at most a beat old), so
+        # that the RSS rule judges the daemon's own memory, not how many
+        # large tensors the clients keep in flight.
         self.rss_net = {}      # proc name -> [(t, kib)]
-        self.worker_stubs = {}  # address -> Worker stub
         self.kv = []           # the coordinator's KV gauges over time
         self.probe_client = None
         self.probe_serial = 0
@@ -150,7 +158,7 @@ class Run:
                 w = stub.GetWorld(coordinator_pb2.GetWorldRequest(),
                                   timeout=1.0)
                 now = (w.generation, coordinator_pb2.WorldState.Name(w.state))
-                members = {m.rank: m.address for m in w.members}
+                members = {m.rank: m.tensor_bytes / 1024 for m in w.members}
             except grpc.RpcError as e:
                 now = (None, e.code().name)
             if now != last:
@@ -167,9 +175,8 @@ class Run:
                 except OSError:
                     pass  # the coordinator is down for a moment
                 for p in [self.coord, *self.workers]:
-                    held = (self.tensor_kib(members.get(
-                        self.workers.index(p))) if p is not self.coord
-                        else None)
+                    held = (members.get(self.workers.index(p))
+                            if p is not self.coord else None)
                     kib = p.rss()
                     if kib is None:
                         continue
@@ -180,23 +187,6 @@ class Run:
                             (history.now(), kib - held))
             time.sleep(0.2)
         channel.close()
-
-    def tensor_kib(self, address):
-        """KiB of tensors the worker at `address` holds now; None if it does
-        not answer at once (stopped, restarting)."""
-        if not address:
-            return None
-        from ccl.v1 import worker_pb2, worker_pb2_grpc
-        import grpc
-        stub = self.worker_stubs.get(address)
-        if stub is None:
-            stub = worker_pb2_grpc.WorkerStub(grpc.insecure_channel(address))
-            self.worker_stubs[address] = stub
-        try:
-            info = stub.GetInfo(worker_pb2.GetInfoRequest(), timeout=0.5)
-        except grpc.RpcError:
-            return None
-        return info.tensor_bytes / 1024
 
     # -- recovery ----------------------------------------------------------
 
