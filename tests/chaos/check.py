@@ -396,15 +396,15 @@ class Checker:
         # in flight are theirs, not the daemon's growth.
         net = self.load("rss_net.json", {})
         for name, samples in sorted(raw.items()):
-            judged = net.get(name) or samples
+            less_tensors = net.get(name)
             warm = starts.get(name, samples[0][0] if samples else 0)
             warm += a.rss_after
-            growth = self.growth_after(judged, warm)
+            growth = self.growth_after(less_tensors or samples, warm)
             if growth is None:
                 continue
-            entry = {**growth, "measure": "rss-tensors" if net.get(name)
-                     else "rss"}
-            if net.get(name):
+            entry = {**growth,
+                     "measure": "rss-tensors" if less_tensors else "rss"}
+            if less_tensors:
                 raw_growth = self.growth_after(samples, warm)
                 if raw_growth is not None:
                     entry["raw_growth"] = raw_growth["growth"]
