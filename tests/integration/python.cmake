@@ -23,7 +23,8 @@ set(_ccl_pytest_env
 # suite:label
 foreach(_suite dtypes:unit world_view:unit ops:integration groups:integration
     errors:integration trace:integration bench:integration
-    examples:integration security:integration install:integration)
+    examples:integration security:integration install:integration
+    cluster:integration)
   string(REPLACE ":" ";" _parts ${_suite})
   list(GET _parts 0 _name)
   list(GET _parts 1 _label)

@@ -6,7 +6,8 @@
 
 Binaries come from CCL_BINARY_CCCOORD / CCL_BINARY_CCWORKER (the names
 scripts/gpu-check.sh exports), else PATH. Every process gets SIGKILL when
-the Python process that started it dies (PR_SET_PDEATHSIG), so an
+the Python process that started it dies (PR_SET_PDEATHSIG, set by
+setpriv in front of it where util-linux has it), so an
 interrupted test leaves nothing running; stop() ends them with SIGTERM
 first.
 """
@@ -42,16 +43,32 @@ def _die_with_parent():
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _spawn_options(argv):
+    """argv and Popen's keywords for a daemon that dies with this process.
+
+    util-linux's setpriv sets the death signal in front of the daemon, so
+    Popen needs no preexec_fn and starts it with vfork, which runs no fork
+    handlers. A preexec_fn forces a real fork(), and in a process whose
+    grpcio has fork support on (GRPC_ENABLE_FORK_SUPPORT) and busy channels,
+    fork() first waits for gRPC's threads to idle, possibly for ever (the
+    chaos driver hung there under load). Without setpriv: the preexec_fn.
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        return [setpriv, "--pdeathsig", "KILL", "--"] + argv, {}
+    return argv, {"preexec_fn": _die_with_parent}
+
+
 class _Process:
     def __init__(self, name, argv, directory, env=None):
         self.name = name
         self.log_path = os.path.join(directory, f"{name}.log")
         self.port_file = os.path.join(directory, f"{name}.port")
         self._log = open(self.log_path, "wb")
+        argv, options = _spawn_options(argv + ["--port-file", self.port_file])
         self.popen = subprocess.Popen(
-            argv + ["--port-file", self.port_file], stdout=self._log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent, env=env)
+            argv, stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=env, **options)
 
     def wait_port(self, deadline):
         while True:
