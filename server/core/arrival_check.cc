@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -121,6 +122,25 @@ std::optional<int64_t> FinishedBelow(KvStore& kv, const std::string& group,
   return seq;
 }
 
+// Whether every key appeared by `until`, read every kPoll: for a store that
+// no longer parks waits (a generation that ended).
+bool PollForKeys(KvStore& kv, const std::vector<std::string>& keys,
+                 Clock::time_point until) {
+  constexpr auto kPoll = std::chrono::milliseconds(50);
+  while (true) {
+    bool all = true;
+    for (const std::string& key : keys) {
+      if (!kv.Get(key, std::chrono::milliseconds(1)).ok()) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return true;
+    if (Clock::now() + kPoll > until) return false;
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
 std::string Name(const std::string& group, const std::vector<int>& world_ranks,
                  size_t r) {
   return group == kWorldGroup
@@ -134,10 +154,25 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
                                  std::vector<int> world_ranks) {
   if (kv == nullptr) return nullptr;
   return [kv, group = std::move(group), group_rank,
-          world_ranks = std::move(world_ranks)](int64_t seq,
-                                                bool arrival) -> std::string {
+          world_ranks = std::move(world_ranks)](
+             int64_t seq, Executor::Arrival arrival) -> Executor::Diagnosed {
+    using Arrival = Executor::Arrival;
     const size_t n = std::min(world_ranks.size(), kMaxChecked + 1);
     std::vector<std::string> parts;
+    Executor::Diagnosed diagnosed;
+    const auto answer = [&] {
+      diagnosed.why = absl::StrJoin(parts, "; ");
+      return diagnosed;
+    };
+
+    // First of all, before the probe: a peer that lost this rank's
+    // connections in the abort just before waits for this to know the op
+    // timed out here.
+    const std::string timed_out_key =
+        absl::StrCat("timedout/", group, "/", seq);
+    if (arrival == Arrival::kAfterTimeout) {
+      (void)kv->Set(timed_out_key, Name(group, world_ranks, group_rank));
+    }
 
     // Which peers this rank cannot reach.
     std::vector<size_t> peers;
@@ -166,14 +201,26 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
           " of group ", group, ": ", absl::StrJoin(unreachable, "; "),
           " (a link that drops or rejects packets, or a worker that is gone)"));
     }
-    if (!arrival) return absl::StrJoin(parts, "; ");
+    if (arrival == Arrival::kNever) return answer();
+    const Clock::time_point window_end = Clock::now() + kWindow;
+    if (arrival == Arrival::kIfAPeerTimedOut) {
+      // A peer this rank cannot reach is gone, not at its deadline: the
+      // others still wait in the op and would be misnamed as missing.
+      if (!unreachable.empty()) return answer();
+      auto who = kv->Get(timed_out_key, kWindow);
+      if (!who.ok()) return answer();
+      diagnosed.peer_timed_out = true;
+      parts.push_back(absl::StrCat(
+          "rank ", *who, " of group ", group, " timed out on seq ", seq,
+          " and gave the op up, which closed its connections to this rank"));
+    }
 
     // Which ranks never reached the op, and whom the others cannot reach.
     const std::string base = absl::StrCat("reached/", group, "/", seq, "/");
     if (!kv->Set(absl::StrCat(base, group_rank),
                  absl::StrCat("1;", absl::StrJoin(unreachable_ranks, ",")))
              .ok()) {
-      return absl::StrJoin(parts, "; ");
+      return answer();
     }
     std::vector<std::string> others;
     for (size_t r = 0; r < n; ++r) {
@@ -181,8 +228,23 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
         others.push_back(absl::StrCat(base, r));
       }
     }
-    if (others.empty()) return absl::StrJoin(parts, "; ");
-    const bool everyone = kv->Wait(others, kWindow).ok();
+    if (others.empty()) return answer();
+    const auto window_left =
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     window_end - Clock::now()));
+    bool everyone = false;
+    if (absl::Status waited = kv->Wait(others, window_left);
+        absl::IsAborted(waited)) {
+      // The generation ended (a re-form asked by a rank done with its own
+      // check, or by one that lost a peer). The coordinator answers a wait
+      // in an ended generation at once, yet keeps its keys readable for
+      // one more: the marks are read again until the window ends, else
+      // a rank still on its way to marking would be named as missing.
+      everyone = PollForKeys(*kv, others, window_end);
+    } else {
+      everyone = waited.ok();
+    }
     std::vector<std::string> missing;
     std::vector<std::string> finished;
     std::vector<std::string> heard;  // where the missing ones last were
@@ -250,7 +312,7 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
             absl::StrCat("last heartbeats: ", absl::StrJoin(heard, "; ")));
       }
     }
-    return absl::StrJoin(parts, "; ");
+    return answer();
   };
 }
 

@@ -141,6 +141,11 @@ std::string Executor::state() const {
   return comm_->Health().ok() ? "ready" : "broken";
 }
 
+bool Executor::settling() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return launching_ >= 0 || !in_flight_.empty() || finishing_ > 0;
+}
+
 std::string Executor::WhyWaiting(int64_t seq) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (launching_ >= 0) {
@@ -243,9 +248,11 @@ void Executor::LaunchLoop() {
           {task, std::make_unique<CompletedWork>(handle.status(), 0)});
       completion_cv_.notify_all();
     } else if (in_flight_.empty() && (*handle)->IsCompleted()) {
+      ++finishing_;
       lock.unlock();
       Finish(std::move(task), *std::move(handle));
       lock.lock();
+      --finishing_;
     } else {
       in_flight_.push_back({task, *std::move(handle)});
       completion_cv_.notify_all();
@@ -262,18 +269,25 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
   if (absl::IsDeadlineExceeded(status) && !handle->IsCompleted()) {
     handle->Abort();
   }
-  // Arrival only after a timeout: every rank that reached the op times out
-  // at about the same moment, so missing marks mean missing ranks. A lost
-  // peer fails its neighbours at once and the rest only at their timeout,
-  // which would misname ranks still waiting; but a peer this rank cannot
-  // reach is worth naming either way.
   if (diagnose_ &&
       (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status))) {
-    const bool arrival =
-        absl::IsDeadlineExceeded(status) && task->involves_every_rank();
-    if (std::string why = diagnose_(task->seq(), arrival); !why.empty()) {
-      status = absl::Status(status.code(),
-                            absl::StrCat(status.message(), "; ", why));
+    Arrival arrival = Arrival::kNever;
+    if (task->involves_every_rank()) {
+      arrival = absl::IsDeadlineExceeded(status) ? Arrival::kAfterTimeout
+                                                 : Arrival::kIfAPeerTimedOut;
+    }
+    Diagnosed diagnosed = diagnose_(task->seq(), arrival);
+    // A peer's abort at its deadline reaches this rank as a lost
+    // connection; the op failed of the same timeout, so it says so, as the
+    // ranks that timed out themselves do.
+    const absl::StatusCode code = diagnosed.peer_timed_out
+                                      ? absl::StatusCode::kDeadlineExceeded
+                                      : status.code();
+    if (!diagnosed.why.empty()) {
+      status = absl::Status(
+          code, absl::StrCat(status.message(), "; ", diagnosed.why));
+    } else if (code != status.code()) {
+      status = absl::Status(code, status.message());
     }
   }
   {
@@ -292,10 +306,12 @@ void Executor::CompletionLoop() {
     if (in_flight_.empty()) break;  // stopped and drained
     InFlight item = std::move(in_flight_.front());
     in_flight_.pop_front();
+    ++finishing_;
     retired_cv_.notify_all();
     lock.unlock();
     Finish(std::move(item.task), std::move(item.handle));
     lock.lock();
+    --finishing_;
   }
 }
 

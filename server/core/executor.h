@@ -63,12 +63,27 @@ class ExecutorTask {
 
 class Executor {
  public:
+  // Whether a diagnosis also names the ranks that never reached the op.
+  // Only when the ranks that reached it fail together, or the missing marks
+  // would misname ranks still waiting in it: kAfterTimeout when this rank's
+  // own deadline passed (every rank there times out at about the same
+  // moment); kIfAPeerTimedOut when the backend lost a peer, which is a
+  // peer's abort at its deadline if one says so (then the others fail
+  // now), and otherwise a peer that died (its neighbours fail at once and
+  // the rest only at their deadline: no arrival check then); kNever for an
+  // op of some ranks only.
+  enum class Arrival { kNever, kAfterTimeout, kIfAPeerTimedOut };
+  struct Diagnosed {
+    // Appended to the op's error; empty when there is nothing to add.
+    std::string why;
+    // A peer gave up on this op at its deadline, which is why the backend
+    // lost it here: the op failed of a timeout, not of a lost peer.
+    bool peer_timed_out = false;
+  };
   // Says what went wrong with `seq` beyond the backend's own error: which
-  // ranks never reached it (asked only when it timed out on an op of every
-  // rank, `arrival`) and which peers this rank cannot reach. Asked when an
-  // op timed out or lost a peer, and appended to its error. May block
-  // briefly.
-  using Diagnosis = std::function<std::string(int64_t seq, bool arrival)>;
+  // ranks never reached it (see Arrival) and which peers this rank cannot
+  // reach. Asked when an op timed out or lost a peer. May block briefly.
+  using Diagnosis = std::function<Diagnosed(int64_t seq, Arrival arrival)>;
 
   Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,
            std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr);
@@ -112,6 +127,12 @@ class Executor {
   std::string WhyWaiting(int64_t seq) const;
   // "ready", "broken" (communicator poisoned) or "stopped".
   std::string state() const;
+  // An op is being launched, in flight or being finished (and diagnosed).
+  // After the communicator broke, these ops fail and diagnose promptly;
+  // the worker holds its request to re-form until they have (see
+  // WorkerCore::SettlingAfterBreak), because a diagnosis reads the KV of
+  // the generation it is about, and the re-form would end it.
+  bool settling() const;
   const std::string& group() const { return group_; }
   Communicator& communicator() { return *comm_; }
 
@@ -149,6 +170,8 @@ class Executor {
   std::optional<std::chrono::steady_clock::time_point> gap_since_;
   // The seq being launched (-1: none).
   int64_t launching_ = -1;
+  // Finish calls under way (taken out of in_flight_ or never in it).
+  int finishing_ = 0;
   std::map<int64_t, std::shared_ptr<ExecutorTask>> pending_;
   // begin -> (end, what a late op there fails with) of seq ranges declared
   // lost or released.

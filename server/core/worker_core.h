@@ -184,6 +184,12 @@ class WorkerCore {
   // first broken one's reason otherwise (the worker then asks for a new
   // generation). FAILED_PRECONDITION before the first FormWorld.
   virtual absl::Status CommunicatorHealth() const = 0;
+  // A broken communicator's executor still has ops that are failing and
+  // being diagnosed. The worker holds its request to re-form while this
+  // lasts (bounded): the ranks' arrival checks read and write the KV of
+  // the generation the op ran in, and a re-form ends it under them, which
+  // cut a check short and named a rank that was in the op as missing.
+  virtual bool SettlingAfterBreak() const = 0;
 
   // Every group this worker knows, the world first.
   virtual std::vector<GroupInfo> Groups() const = 0;

@@ -414,6 +414,18 @@ class WorkerCoreImpl final : public WorkerCore {
     return absl::OkStatus();
   }
 
+  bool SettlingAfterBreak() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto settling = [](Executor& executor) {
+      return !executor.communicator().Health().ok() && executor.settling();
+    };
+    if (world_ && settling(*world_)) return true;
+    for (const auto& [name, group] : groups_) {
+      if (group.executor && settling(*group.executor)) return true;
+    }
+    return false;
+  }
+
  private:
   struct GroupEntry {
     std::vector<int> ranks;  // world ranks, in group-rank order

@@ -230,7 +230,7 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
   return absl::OkStatus();
 }
 
-WorldAgent::Beat WorldAgent::HeartbeatOnce() {
+WorldAgent::Beat WorldAgent::HeartbeatOnce(bool report_broken) {
   v1::HeartbeatRequest beat;
   beat.set_rank(registered_rank_);
   beat.set_generation(registered_generation_);
@@ -248,7 +248,8 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce() {
                      "generation ",
                      beat.generation(), " failed: ", failed_reason_)));
   } else if (core_.generation() == beat.generation()) {
-    if (absl::Status health = core_.CommunicatorHealth(); !health.ok()) {
+    if (absl::Status health = core_.CommunicatorHealth();
+        report_broken && !health.ok()) {
       beat.set_reform_reason(ReformReason(std::string(health.message())));
     }
     // How far each group got, for a peer's arrival diagnosis; a group this
@@ -290,6 +291,10 @@ void WorldAgent::HeartbeatLoop(std::chrono::milliseconds first_beat) {
   // beat: the sooner the coordinator grants a new generation, the shorter
   // the window in which ops fail.
   constexpr std::chrono::milliseconds kHealthPoll(50);
+  // A diagnosis takes kArrivalCheckTime and a few KV round trips.
+  constexpr auto kSettleBound = kArrivalCheckTime + std::chrono::seconds(1);
+  int64_t settling_generation = -1;
+  Clock::time_point settling_since;
   bool unreachable = false;
   int64_t reported_broken = -1;  // generation whose breakage was reported
   Clock::time_point next_beat = Clock::now() + first_beat;
@@ -300,16 +305,29 @@ void WorldAgent::HeartbeatLoop(std::chrono::milliseconds first_beat) {
       if (cv_.wait_until(lock, wake, [this] { return stop_; })) return;
     }
     const int64_t generation = registered_generation_;
-    const bool broken =
-        failed_generation_ == generation ||
-        (core_.generation() == generation && !core_.CommunicatorHealth().ok());
+    const bool comm_broken =
+        core_.generation() == generation && !core_.CommunicatorHealth().ok();
+    const bool broken = failed_generation_ == generation || comm_broken;
+    // The ops that failed with the communicator are diagnosed first: each
+    // rank's arrival check reads the KV of this generation, which a
+    // re-form would end under it (and then a rank still in the op was
+    // named as one that never reached it). Bounded, should a check hang.
+    bool hold = false;
+    if (comm_broken && reported_broken != generation) {
+      if (settling_generation != generation) {
+        settling_generation = generation;
+        settling_since = Clock::now();
+      }
+      hold = Clock::now() - settling_since < kSettleBound &&
+             core_.SettlingAfterBreak();
+    }
     if (Clock::now() < next_beat &&
-        !(broken && reported_broken != generation)) {
+        !(broken && !hold && reported_broken != generation)) {
       continue;
     }
-    if (broken) reported_broken = generation;
+    if (broken && !hold) reported_broken = generation;
     next_beat = Clock::now() + heartbeat_interval_;
-    const Beat beat = HeartbeatOnce();
+    const Beat beat = HeartbeatOnce(/*report_broken=*/!hold);
     if (beat == Beat::kUnreachable && !unreachable) {
       // Communicators do not need the coordinator; keep serving and keep
       // trying, and re-join once it answers again.

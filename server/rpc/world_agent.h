@@ -74,7 +74,8 @@ class WorldAgent {
   // the registration itself come back with `registration_failed` set.
   absl::Status Rejoin(bool first, std::chrono::steady_clock::time_point give_up,
                       bool& registration_failed);
-  Beat HeartbeatOnce();
+  // `report_broken`: ask for a new generation if a communicator broke.
+  Beat HeartbeatOnce(bool report_broken);
   void HeartbeatLoop(std::chrono::milliseconds first_beat);
   void SetState(const std::string& state);
   bool StopRequested();

@@ -5,7 +5,9 @@
 // ranks that had returned OK as "never reached").
 #include "server/core/arrival_check.h"
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -19,6 +21,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr int64_t kSeq = 7;
+constexpr Executor::Arrival kAfterTimeout = Executor::Arrival::kAfterTimeout;
+constexpr Executor::Arrival kIfAPeerTimedOut =
+    Executor::Arrival::kIfAPeerTimedOut;
 
 // Rank `rank`'s mark for `seq` of `group`, as its own diagnosis leaves it.
 void Mark(KvStore& kv, const std::string& group, int64_t seq, int rank) {
@@ -38,7 +43,7 @@ TEST(ArrivalCheck, ARankWhoseHeartbeatFinishedTheOpIsNotNamedAsMissing) {
   Heartbeat(kv, kWorldGroup, 1, kSeq + 1);
   Heartbeat(kv, kWorldGroup, 2, kSeq + 3);
   const std::string why =
-      ArrivalCheck(&kv, kWorldGroup, 0, {0, 1, 2})(kSeq, /*arrival=*/true);
+      ArrivalCheck(&kv, kWorldGroup, 0, {0, 1, 2})(kSeq, kAfterTimeout).why;
   EXPECT_THAT(why, HasSubstr("ranks 1, 2 of group world finished seq 7"));
   EXPECT_THAT(why, Not(HasSubstr("never reached")));
   EXPECT_THAT(why, Not(HasSubstr("every rank")));
@@ -50,7 +55,8 @@ TEST(ArrivalCheck, ARankBehindTheOpIsMissingWithWhereItLastWas) {
   Heartbeat(kv, kWorldGroup, 2, kSeq);      // done only with the ones before
   Mark(kv, kWorldGroup, kSeq, 3);           // reached it and failed too
   const std::string why =
-      ArrivalCheck(&kv, kWorldGroup, 0, {0, 1, 2, 3, 4})(kSeq, true);
+      ArrivalCheck(&kv, kWorldGroup, 0, {0, 1, 2, 3, 4})(kSeq, kAfterTimeout)
+          .why;
   EXPECT_THAT(why, HasSubstr("rank 1 of group world finished seq 7"));
   // Rank 4 has no heartbeat progress (an older worker): still named.
   EXPECT_THAT(why, HasSubstr("ranks 2, 4 of group world never reached seq 7"));
@@ -60,7 +66,8 @@ TEST(ArrivalCheck, ARankBehindTheOpIsMissingWithWhereItLastWas) {
 
 TEST(ArrivalCheck, WithoutHeartbeatProgressTheMissingRanksAreNamedAsBefore) {
   testing::InMemoryKvStore kv;
-  const std::string why = ArrivalCheck(&kv, kWorldGroup, 1, {0, 1})(kSeq, true);
+  const std::string why =
+      ArrivalCheck(&kv, kWorldGroup, 1, {0, 1})(kSeq, kAfterTimeout).why;
   EXPECT_THAT(why, HasSubstr("rank 0 of group world never reached seq 7"));
   EXPECT_THAT(why, Not(HasSubstr("last heartbeats")));
 }
@@ -69,7 +76,8 @@ TEST(ArrivalCheck, EveryRankMarkedMeansEveryRankFailedThere) {
   testing::InMemoryKvStore kv;
   Mark(kv, kWorldGroup, kSeq, 1);
   Heartbeat(kv, kWorldGroup, 1, kSeq + 1);  // a mark outranks a heartbeat
-  const std::string why = ArrivalCheck(&kv, kWorldGroup, 0, {0, 1})(kSeq, true);
+  const std::string why =
+      ArrivalCheck(&kv, kWorldGroup, 0, {0, 1})(kSeq, kAfterTimeout).why;
   EXPECT_THAT(why,
               HasSubstr("every rank of group world reached seq 7 and failed"));
   EXPECT_THAT(why, Not(HasSubstr("finished seq")));
@@ -82,9 +90,79 @@ TEST(ArrivalCheck, SubgroupRanksAreReadByTheirWorldRank) {
   // would look like that.
   Heartbeat(kv, "pair", 3, kSeq + 1);
   Heartbeat(kv, "pair", 1, kSeq);
-  const std::string why = ArrivalCheck(&kv, "pair", 0, {1, 3})(kSeq, true);
+  const std::string why =
+      ArrivalCheck(&kv, "pair", 0, {1, 3})(kSeq, kAfterTimeout).why;
   EXPECT_THAT(why, HasSubstr("rank 1 (world rank 3) of group pair finished"));
   EXPECT_THAT(why, Not(HasSubstr("never reached")));
+}
+
+// A stopped rank 2: rank 0 times out first and aborts, which rank 1, whose
+// own deadline is later (it started the op later on a busy machine), sees
+// as a lost connection. Rank 1 still names the rank that never came, and
+// says the op failed of a timeout (FailureTest's SIGSTOP case, which failed
+// once under load saying only "Connection closed by peer").
+TEST(ArrivalCheck, ALostConnectionAfterAPeersTimeoutNamesTheMissingRank) {
+  testing::InMemoryKvStore kv;
+  Heartbeat(kv, kWorldGroup, 2, kSeq);
+  std::thread rank0([&] {
+    const std::string why =
+        ArrivalCheck(&kv, kWorldGroup, 0, {0, 1, 2})(kSeq, kAfterTimeout).why;
+    EXPECT_THAT(why, HasSubstr("rank 2 of group world never reached seq 7"));
+    EXPECT_THAT(why, Not(HasSubstr("rank 1 ")));
+  });
+  const Executor::Diagnosed rank1 =
+      ArrivalCheck(&kv, kWorldGroup, 1, {0, 1, 2})(kSeq, kIfAPeerTimedOut);
+  rank0.join();
+  EXPECT_TRUE(rank1.peer_timed_out);
+  EXPECT_THAT(rank1.why, HasSubstr("rank 0 of group world timed out on seq 7"));
+  EXPECT_THAT(rank1.why,
+              HasSubstr("rank 2 of group world never reached seq 7"));
+  EXPECT_THAT(rank1.why, HasSubstr("rank 2 had finished every seq below 7"));
+}
+
+// A peer that died fails its neighbours at once while the other ranks
+// still wait in the op for their deadline: with no peer saying it timed
+// out, nobody is named as missing, since the ranks still waiting would be.
+TEST(ArrivalCheck, ALostConnectionWithoutAPeersTimeoutNamesNobody) {
+  testing::InMemoryKvStore kv;
+  const auto start = std::chrono::steady_clock::now();
+  const Executor::Diagnosed diagnosed =
+      ArrivalCheck(&kv, kWorldGroup, 1, {0, 1, 2})(kSeq, kIfAPeerTimedOut);
+  EXPECT_FALSE(diagnosed.peer_timed_out);
+  EXPECT_THAT(diagnosed.why, Not(HasSubstr("never reached")));
+  EXPECT_EQ(kv.size(), 0u) << "it left a mark for an op nobody timed out on";
+  EXPECT_LE(std::chrono::steady_clock::now() - start, kArrivalCheckTime);
+}
+
+// The coordinator answers a KV wait in a generation that has ended at once,
+// with ABORTED (a re-form began during the check), though its keys stay
+// readable: a rank that marks during the rest of the window is still seen
+// as having reached the op, and only the one that never marks is named.
+class GenerationOverKvStore : public testing::InMemoryKvStore {
+ public:
+  absl::Status Wait(const std::vector<std::string>&,
+                    std::chrono::milliseconds) override {
+    return absl::AbortedError("kv wait: generation 1 is over (current is 2)");
+  }
+  // Rank 1 marks only after its mark was looked for three times.
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  std::chrono::milliseconds timeout) override {
+    if (key == "reached/world/7/1" && ++looked_for_rank1_ == 3) {
+      Mark(*this, kWorldGroup, kSeq, 1);
+    }
+    return InMemoryKvStore::Get(key, timeout);
+  }
+
+ private:
+  int looked_for_rank1_ = 0;
+};
+
+TEST(ArrivalCheck, ACheckInAnEndedGenerationStillSeesLateMarks) {
+  GenerationOverKvStore kv;
+  const std::string why =
+      ArrivalCheck(&kv, kWorldGroup, 0, {0, 1, 2})(kSeq, kAfterTimeout).why;
+  EXPECT_THAT(why, HasSubstr("rank 2 of group world never reached seq 7"));
+  EXPECT_THAT(why, Not(HasSubstr("1, 2")));
 }
 
 }  // namespace
