@@ -187,6 +187,24 @@ RankResults<GroupInfo> ClusterClient::CreateGroup(
           [deadline](const v1::CreateGroupRequest&) { return deadline; }));
 }
 
+RankResults<std::string> ClusterClient::DestroyGroup(const std::string& name) {
+  const std::vector<int> everyone = AllRanks();
+  v1::DestroyGroupRequest request;
+  request.set_name(name);
+  auto results =
+      impl_->CallEach<v1::DestroyGroupRequest, v1::DestroyGroupResponse>(
+          everyone, request, &Async::DestroyGroup);
+  RankResults<std::string> out;
+  for (size_t i = 0; i < everyone.size(); ++i) {
+    if (results[i].ok()) {
+      out.push_back({everyone[i], name});
+    } else {
+      out.push_back({everyone[i], results[i].status()});
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<WorkerInfo> ClusterClient::Info(int rank) {
   return Single(Info(std::vector<int>{rank}));
 }

@@ -84,6 +84,11 @@ class ClusterClient {
   // or not). Results per world rank.
   RankResults<GroupInfo> CreateGroup(const std::string& name,
                                      const std::vector<int>& ranks);
+  // Drops subgroup `name` on every rank of the world (torch's
+  // destroy_process_group), once no op of it is outstanding; each result
+  // is the name, or why that rank did not drop it (NOT_FOUND: it had no
+  // such group).
+  RankResults<std::string> DestroyGroup(const std::string& name);
 
   // --- Workers and tensors: one rank, or many at once ----------------------
   absl::StatusOr<WorkerInfo> Info(int rank);

@@ -30,6 +30,7 @@ constexpr MethodRole kMethods[] = {
     {"/ccl.v1.Worker/Bench", Role::kFull},
     {"/ccl.v1.Worker/Wait", Role::kFull},
     {"/ccl.v1.Worker/CreateGroup", Role::kFull},
+    {"/ccl.v1.Worker/DestroyGroup", Role::kFull},
     {"/ccl.v1.Coordinator/GetWorld", Role::kRead},
     {"/ccl.v1.Coordinator/Register", Role::kJoin},
     {"/ccl.v1.Coordinator/Heartbeat", Role::kJoin},

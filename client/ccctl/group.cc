@@ -1,5 +1,6 @@
-// `ccctl group create NAME --ranks 0,2` and `ccctl group ls`: subgroups of
-// the world, as torch.distributed.new_group. Ranks are world ranks; inside
+// `ccctl group create NAME --ranks 0,2`, `ccctl group destroy NAME` and
+// `ccctl group ls`: subgroups of the world, as torch.distributed.new_group
+// and destroy_process_group. Ranks are world ranks; inside
 // a group they are numbered 0..k-1 in the order given.
 #include <map>
 
@@ -46,6 +47,29 @@ int CreateGroup(Globals& globals, const GroupArgs& args) {
     std::cout << "group " << args.name << ": world ranks "
               << absl::StrJoin(ranks, ",") << " are group ranks 0.."
               << ranks.size() - 1 << "\n";
+  }
+  return failed ? kExitFailure : kExitOk;
+}
+
+int DestroyGroup(Globals& globals, const std::string& name) {
+  Globals world = globals;
+  world.group = "world";  // every worker holds a view of the group
+  auto client = Connect(world);
+  if (!client.ok()) return Fail(client.status());
+  auto results = (*client)->DestroyGroup(name);
+  const bool failed = ReportRankErrors(results);
+  if (globals.json()) {
+    nlohmann::json document = nlohmann::json::array();
+    for (const auto& r : results) {
+      document.push_back(
+          r.result.ok()
+              ? nlohmann::json{{"rank", r.rank}, {"destroyed", *r.result}}
+              : nlohmann::json{{"rank", r.rank},
+                               {"error", StatusText(r.result.status())}});
+    }
+    PrintJson(document);
+  } else if (!failed) {
+    std::cout << "group " << name << ": destroyed on every rank\n";
   }
   return failed ? kExitFailure : kExitOk;
 }
@@ -112,6 +136,15 @@ void AddGroupCommands(CLI::App& app, Globals& globals, int& exit_code) {
                    "world ranks, comma-separated; group rank i is the i-th")
       ->required();
   create->callback([&, args] { exit_code = CreateGroup(globals, *args); });
+
+  auto destroyed = std::make_shared<std::string>();
+  auto* destroy = group->add_subcommand(
+      "destroy",
+      "drop a subgroup on every worker, once no op of it is outstanding; it "
+      "is not made again at re-forms");
+  destroy->add_option("name", *destroyed, "the group's name")->required();
+  destroy->callback(
+      [&, destroyed] { exit_code = DestroyGroup(globals, *destroyed); });
 
   auto* ls = group->add_subcommand("ls", "list the groups the workers know");
   ls->callback([&] {

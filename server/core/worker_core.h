@@ -166,6 +166,12 @@ class WorkerCore {
   virtual absl::StatusOr<std::shared_ptr<Work>> CreateGroup(
       const std::string& name, std::vector<int> ranks, int64_t world_seq,
       int64_t generation, std::chrono::milliseconds timeout) = 0;
+  // Drops subgroup `name` on this worker: queued ops fail ABORTED, an op
+  // inside the backend ends at its completion or timeout, and the group is
+  // not made again at the next re-form unless a rank that kept it brings
+  // it back. NOT_FOUND for an unknown name, INVALID_ARGUMENT for the
+  // world, FAILED_PRECONDITION while its creation is still under way.
+  virtual absl::Status DestroyGroup(const std::string& name) = 0;
 
   // Runs `ready` once this worker is in generation `generation` or later:
   // at once if it already is, else when FormWorld gets there (a request

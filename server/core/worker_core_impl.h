@@ -361,6 +361,8 @@ class WorkerCoreImpl final : public WorkerCore {
       const std::string& name, std::vector<int> ranks, int64_t world_seq,
       int64_t world_generation, std::chrono::milliseconds timeout) override;
 
+  absl::Status DestroyGroup(const std::string& name) override;
+
   std::vector<GroupInfo> Groups() const override;
 
   void Shutdown() override {
@@ -649,6 +651,9 @@ class WorkerCoreImpl final : public WorkerCore {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Reaper> reapers_;
+  // Runs `stop` on a reaper thread (joined by a later call or Shutdown),
+  // and drops what it holds there. Under mutex_.
+  void ReapLocked(std::function<void()> stop);
   std::vector<std::shared_ptr<GenerationWaiter>> waiters_;
   std::optional<std::chrono::system_clock::time_point> reforming_since_;
   // FormWorld's thread only: whether this re-form shrinks the old world's

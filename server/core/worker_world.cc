@@ -119,26 +119,62 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
   // transport ends only at its timeout: that wait must not hold up the
   // caller (the worker's membership loop), so it happens on the side.
   std::lock_guard<std::mutex> lock(mutex_);
+  ReapLocked([old = std::move(old), old_groups = std::move(old_groups),
+              replaced]() mutable {
+    // Subgroups first: their communicators may be children of the world's.
+    for (auto& [name, group] : old_groups) {
+      if (group.executor) group.executor->Stop(replaced);
+    }
+    if (old) old->Stop(replaced);
+    old_groups.clear();
+    old.reset();
+  });
+  return absl::OkStatus();
+}
+
+void WorkerCoreImpl::ReapLocked(std::function<void()> stop) {
   std::erase_if(reapers_, [](Reaper& reaper) {
     if (!reaper.done->load()) return false;
     reaper.thread.join();
     return true;
   });
   auto done = std::make_shared<std::atomic<bool>>(false);
-  reapers_.push_back(
-      {std::thread([old = std::move(old), old_groups = std::move(old_groups),
-                    replaced, done]() mutable {
-         // Subgroups first: their communicators may be children of the
-         // world's.
-         for (auto& [name, group] : old_groups) {
-           if (group.executor) group.executor->Stop(replaced);
-         }
-         if (old) old->Stop(replaced);
-         old_groups.clear();
-         old.reset();
-         done->store(true);
-       }),
-       done});
+  reapers_.push_back({std::thread([stop = std::move(stop), done]() mutable {
+                        stop();
+                        stop = nullptr;  // what it held goes on this thread
+                        done->store(true);
+                      }),
+                      done});
+}
+
+absl::Status WorkerCoreImpl::DestroyGroup(const std::string& name) {
+  if (name == kWorldGroup) {
+    return absl::InvalidArgumentError(
+        "the world group cannot be destroyed; stop the workers instead");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = groups_.find(name);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no group named '", name, "' on this worker"));
+  }
+  if (it->second.creating) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", name,
+                     "' is still being created here; destroy it once its "
+                     "creation has answered"));
+  }
+  std::shared_ptr<Executor> executor = std::move(it->second.executor);
+  groups_.erase(it);
+  // An op of the group already inside the backend ends only at its
+  // completion or timeout: its executor stops on the side, as at a re-form.
+  if (executor) {
+    ReapLocked([executor = std::move(executor), name]() mutable {
+      executor->Stop(absl::AbortedError(
+          absl::StrCat("group '", name, "' was destroyed before the op ran")));
+      executor.reset();
+    });
+  }
   return absl::OkStatus();
 }
 
@@ -196,10 +232,13 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
 
   // The world communicator's ranks are world ranks, so the group's world
   // ranks are its members as the parent numbers them.
-  auto make = [ranks, name](Communicator& parent,
-                            std::chrono::milliseconds budget)
+  // The world seq keeps the backend's rendezvous keys apart from those of
+  // an earlier group of this name in the generation (destroyed, or failed
+  // to form): stale peer addresses would be read back otherwise.
+  auto make = [ranks, key = absl::StrCat(name, "@", world_seq)](
+                  Communicator& parent, std::chrono::milliseconds budget)
       -> absl::StatusOr<std::shared_ptr<Communicator>> {
-    auto child = parent.Split(ranks, name, budget);
+    auto child = parent.Split(ranks, key, budget);
     if (!child.ok()) return child.status();
     return std::shared_ptr<Communicator>(*std::move(child));
   };

@@ -249,6 +249,11 @@ absl::Status ValidateRequest(const v1::CreateGroupRequest& request,
   return absl::OkStatus();
 }
 
+absl::Status ValidateRequest(const v1::DestroyGroupRequest& request,
+                             const RequestLimits& limits) {
+  return ValidateName(request.name(), "group", limits);
+}
+
 absl::Status ValidateRequest(const v1::PlanRequest& request,
                              const RequestLimits& limits) {
   if (absl::Status s = OptionalName(request.group(), "group", limits);

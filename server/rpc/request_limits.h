@@ -75,6 +75,8 @@ absl::Status ValidateRequest(const v1::TestRequest& request,
                              const RequestLimits& limits);
 absl::Status ValidateRequest(const v1::CreateGroupRequest& request,
                              const RequestLimits& limits);
+absl::Status ValidateRequest(const v1::DestroyGroupRequest& request,
+                             const RequestLimits& limits);
 absl::Status ValidateRequest(const v1::PlanRequest& request,
                              const RequestLimits& limits);
 absl::Status ValidateRequest(const v1::ReleaseSequenceRequest& request,

@@ -208,7 +208,7 @@ absl::Status WorkerService::Serve(ServerQueue& queue) {
        {"GetInfo", "AllocTensor", "FreeTensor", "ListTensors", "WriteTensor",
         "ReadTensor", "SummarizeTensor", "Submit", "SubmitPlan",
         "ReleaseSequence", "Bench", "Wait", "Test", "CreateGroup",
-        "GetOpLog"}) {
+        "DestroyGroup", "GetOpLog"}) {
     absl::StatusOr<int> found = methods_.MethodIndex(name);
     if (!found.ok()) return found.status();
     index[name] = *found;
@@ -230,6 +230,7 @@ absl::Status WorkerService::Serve(ServerQueue& queue) {
   serve("Wait", &WorkerService::Wait);
   serve("Test", &WorkerService::Test);
   serve("CreateGroup", &WorkerService::CreateGroup);
+  serve("DestroyGroup", &WorkerService::DestroyGroup);
   serve("GetOpLog", &WorkerService::GetOpLog);
   ClientStreamCall<v1::WriteTensorChunk, v1::TensorInfo>::Serve(
       queue, methods_, index.at("WriteTensor"),
@@ -552,6 +553,14 @@ void WorkerService::Test(TestCall* call) {
   if (!work.ok()) return call->Finish(work.status());
   WorkToProto(**work, call->response());
   call->Finish(absl::OkStatus());
+}
+
+void WorkerService::DestroyGroup(DestroyGroupCall* call) {
+  if (absl::Status valid = ValidateRequest(call->request(), limits_);
+      !valid.ok()) {
+    return call->Finish(valid);
+  }
+  call->Finish(core_.DestroyGroup(call->request().name()));
 }
 
 void WorkerService::CreateGroup(CreateGroupCall* call) {

@@ -59,6 +59,8 @@ class WorkerService final {
   using WaitCall = UnaryCall<v1::WaitRequest, v1::WorkStatus>;
   using TestCall = UnaryCall<v1::TestRequest, v1::WorkStatus>;
   using CreateGroupCall = UnaryCall<v1::CreateGroupRequest, v1::GroupInfo>;
+  using DestroyGroupCall =
+      UnaryCall<v1::DestroyGroupRequest, v1::DestroyGroupResponse>;
   using GetOpLogCall = UnaryCall<v1::GetOpLogRequest, v1::OpLog>;
 
   void GetInfo(GetInfoCall* call);
@@ -75,6 +77,7 @@ class WorkerService final {
   void Wait(WaitCall* call);
   void Test(TestCall* call);
   void CreateGroup(CreateGroupCall* call);
+  void DestroyGroup(DestroyGroupCall* call);
   void GetOpLog(GetOpLogCall* call);
 
   // Answers `call` with what `respond` fills in and returns once `work`

@@ -302,6 +302,40 @@ TEST_F(FailureTest, SubgroupsSurviveAReformWithAReplacedMember) {
   }
 }
 
+// A destroyed subgroup stays gone through a re-form (workers make again
+// only the groups they still hold), while one kept is made again.
+TEST_F(FailureTest, ADestroyedSubgroupIsNotMadeAgainByAReform) {
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation;
+  for (const char* name : {"kept", "dropped"}) {
+    for (const auto& r : client->CreateGroup(name, {0, 1})) {
+      ASSERT_TRUE(r.result.ok())
+          << name << " rank " << r.rank << ": " << r.result.status();
+    }
+  }
+  for (const auto& r : client->DestroyGroup("dropped")) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
+  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
+  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto after = Client(seconds(20));
+  ASSERT_NE(after, nullptr);
+  for (int r = 0; r < kWorkers; ++r) {
+    auto info = after->Info(r);
+    ASSERT_TRUE(info.ok()) << info.status();
+    std::vector<std::string> names;
+    for (const auto& g : info->groups) names.push_back(g.name);
+    EXPECT_THAT(names, ::testing::Contains("kept")) << "rank " << r;
+    EXPECT_THAT(names, ::testing::Not(::testing::Contains("dropped")))
+        << "rank " << r;
+  }
+}
+
 // The coordinator dies and comes back empty: workers re-register into their
 // ranks and generation, communicators are untouched (same generation, seqs
 // continue), and `status` is whole again.

@@ -301,7 +301,8 @@ TEST_F(GroupsTest, WorkersReportTheirGroups) {
   }
 }
 
-// ccctl: create a group, run on it with --group, list it in status.
+// ccctl: create a group, run on it with --group, list it in status, and
+// destroy it.
 TEST_F(GroupsTest, Ccctl) {
   auto binary = testing::BinaryPath("ccctl");
   ASSERT_TRUE(binary.ok()) << binary.status();
@@ -372,6 +373,25 @@ TEST_F(GroupsTest, Ccctl) {
   Result unknown = ccctl("--group nope allreduce");
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("NOT_FOUND"), std::string::npos) << unknown.err;
+
+  // Destroyed: gone from every worker, ops on it refused, the name free.
+  Result destroyed = ccctl("group destroy pair");
+  ASSERT_EQ(destroyed.exit_code, 0) << destroyed.err;
+  Result after = ccctl("group ls");
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(after.out.find("pair"), std::string::npos) << after.out;
+  Result gone = ccctl("--group pair allreduce");
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_NE(gone.err.find("NOT_FOUND"), std::string::npos) << gone.err;
+  Result again = ccctl("group destroy pair");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("no group named 'pair'"), std::string::npos)
+      << again.err;
+  Result world = ccctl("group destroy world");
+  EXPECT_EQ(world.exit_code, 1);
+  EXPECT_NE(world.err.find("INVALID_ARGUMENT"), std::string::npos) << world.err;
+  Result remade = ccctl("group create pair --ranks 0,1");
+  EXPECT_EQ(remade.exit_code, 0) << remade.err;
   fs::remove_all(dir);
 }
 
