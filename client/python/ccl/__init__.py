@@ -71,9 +71,13 @@ def default_client():
     return _default
 
 
-def destroy_process_group():
-    """Closes the default client (freeing the tensors it made)."""
+def destroy_process_group(group=None):
+    """As torch: with a group, drops that subgroup on every worker;
+    without, closes the default client (freeing the tensors it made)."""
     global _default
+    if group is not None:
+        default_client().destroy_group(group)
+        return
     if _default is not None:
         _default.close()
         _default = None

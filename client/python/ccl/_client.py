@@ -476,6 +476,20 @@ class Client:
                         seconds + RPC_MARGIN_S)
         return Group(name, ranks)
 
+    def destroy_group(self, group, timeout=None):
+        """torch's destroy_process_group(group): drops the subgroup (a Group
+        or its name) on every rank of the world, once no op of it is
+        outstanding; re-forms do not make it again. Raises the combined
+        error of the ranks that did not drop it (NOT_FOUND: no such group
+        there)."""
+        name = group.name if isinstance(group, Group) else str(group)
+        if name == "world":
+            raise invalid("the world group cannot be destroyed")
+        request = worker_pb2.DestroyGroupRequest(name=name)
+        self._unary_all("DestroyGroup",
+                        {r: request for r in self._world_ranks()},
+                        _seconds(timeout, self.timeout) + RPC_MARGIN_S)
+
     # -- ops ---------------------------------------------------------------
 
     def _reserve(self, group_name):

@@ -1,4 +1,5 @@
-"""new_group: ops on a subgroup, ranks as world ranks, and what is refused."""
+"""new_group and destroy_group: ops on a subgroup, ranks as world ranks,
+and what is refused."""
 
 import numpy as np
 import pytest
@@ -91,3 +92,24 @@ def test_connect_with_a_default_group(cluster, pair):
             c.all_reduce(t)
             for r in pair.ranks:
                 assert t.read(r)[0] == 2.0
+
+
+def test_destroyed_group_is_gone_and_its_name_free(client):
+    group = client.new_group(RANKS[:2])
+    with client.from_numpy(lambda r: [1.0], dtype="float32") as t:
+        client.all_reduce(t, group=group)
+        client.destroy_group(group)
+        assert group.name not in [g.name for g in client.groups()]
+        for r in RANKS:
+            assert group.name not in [g.name for g in client.info(r).groups]
+        with pytest.raises(ccl.CclError) as e:
+            client.all_reduce(t, group=group)
+        assert e.value.code.name == "NOT_FOUND", e.value
+    with pytest.raises(ccl.CclError) as e:
+        client.destroy_group(group.name)
+    assert e.value.code.name == "NOT_FOUND"
+    assert f"no group named '{group.name}'" in str(e.value)
+    with pytest.raises(ccl.InvalidArgument):
+        client.destroy_group("world")
+    again = client.new_group(list(group.ranks), name=group.name)
+    client.destroy_group(again)
