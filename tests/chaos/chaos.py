@@ -84,6 +84,7 @@ class Run:
         self.coord = None
         self.workers = []
         self.clients = {}      # id -> Proc
+        self.killed_clients = {}  # id -> when the injector killed it
         self.client_serial = 0
         self.stop_monitor = threading.Event()
         self.monitor_thread = None
@@ -270,6 +271,7 @@ class Run:
             time.sleep(self.rng.uniform(0, 0.5))
             rec.update(target=cid)
             self.clients[cid].kill("injected kill")
+            self.killed_clients[cid] = history.now()
             rec["replacement"] = self.start_client()
         elif kind == "recv":
             # A client's unmatched recv (the tutorial's mistake): it times
@@ -324,6 +326,33 @@ class Run:
             except self.ccl.CclError:
                 pass
 
+    def reclaim_groups(self):
+        """Destroys the subgroups of clients killed long enough ago that
+        their ops have ended (a group destroyed under a running op would
+        break that op's communicator on the other members): workers would
+        otherwise keep, and re-make at every re-form, the groups of every
+        client the injector kills."""
+        due = [cid for cid, t in self.killed_clients.items()
+               if history.now() - t > self.args.op_timeout + 5]
+        if not due:
+            return
+        prefixes = tuple(f"chaos.{cid}." for cid in due)
+        c = self.probe_client
+        try:
+            names = [g.name for g in c.groups()
+                     if g.name.startswith(prefixes)]
+        except self.ccl.CclError:
+            return  # the world is re-forming: next time
+        for name in names:
+            try:
+                c.destroy_group(name, timeout=self.args.op_timeout)
+            except self.ccl.CclError as e:
+                print(f"chaos: destroying {name} of a killed client: {e}",
+                      flush=True)
+                return
+        for cid in due:
+            del self.killed_clients[cid]
+
     # -- the run -----------------------------------------------------------
 
     def run(self):
@@ -344,6 +373,7 @@ class Run:
             injected += 1
             if kind == "client":
                 self.free_orphans()
+            self.reclaim_groups()
             if any(p.deaths for p in [self.coord, *self.workers,
                                       *self.clients.values()]):
                 break

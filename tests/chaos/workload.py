@@ -6,8 +6,8 @@ outcome (history.py).
                 [--world-size N] [--op-timeout S] [--large-every K]
 
 It runs until SIGTERM, then drains: waits for its async ops, reads every
-tensor it holds on every rank one last time (the final check), frees them
-and exits 0. A SIGKILL (the injector's "client killed mid-op") leaves a
+tensor it holds on every rank one last time (the final check), frees them,
+destroys its groups and exits 0. A SIGKILL (the injector's "client killed mid-op") leaves a
 history whose last op has no end.
 
 What it issues, at random: every collective (all_reduce with every reduce
@@ -16,8 +16,9 @@ all_to_all, barrier), send/recv, in place and out of place, on the world and
 on subgroups it makes (ranks in any order), sync and async (waited later,
 after other ops), on every dtype the CPU backend takes (reductions on the
 reducible ones, data movement on bfloat16 and fp8 too), small and large
-tensors and empty ones; and tensor churn: alloc with fills, write, read,
-free. Its tensors and groups are its own (names carry its id), so every
+tensors and empty ones; tensor churn: alloc with fills, write, read,
+free; and group churn: at three groups it destroys one no async op uses,
+and it destroys the rest when it drains. Its tensors and groups are its own (names carry its id), so every
 client's history is checked on its own: ops of other clients interleave
 with its ops but never touch its tensors.
 
@@ -329,7 +330,25 @@ class Workload:
         self.end(rec, True)
         self.groups[name] = ranks
 
-    # -- ops -----------------------------------------------------------------
+    def destroy_group(self):
+        """Drops one of this client's groups that no async op still uses,
+        so that workers do not pile up the groups of a long run."""
+        busy = {op.get("group") for _, _, op, _ in self.pending}
+        idle = sorted(g for g in self.groups if g not in busy)
+        if not idle:
+            return
+        name = self.rng.choice(idle)
+        # Forgotten whatever the outcome: a rank that kept it through a
+        # fault makes it again at a re-form, which costs only its memory.
+        del self.groups[name]
+        rec = self.begin("destroy_group", group=name,
+                         timeout=self.args.op_timeout)
+        try:
+            self.client.destroy_group(name, timeout=self.args.op_timeout)
+        except ccl.CclError as e:
+            self.end(rec, False, self.errors_of(e))
+            return
+        self.end(rec, True)
 
     # -- ops -----------------------------------------------------------------
 
@@ -551,6 +570,8 @@ class Workload:
         elif kind == "new_group":
             if len(self.groups) < 3:
                 self.new_group()
+            else:
+                self.destroy_group()
         elif kind == "read":
             if idle:
                 self.read(self.rng.choice(idle))
@@ -582,6 +603,8 @@ class Workload:
         for name in sorted(self.tensors):
             if name in self.tensors:
                 self.free_quietly(name, self.tensors[name]["ranks"])
+        while self.groups:
+            self.destroy_group()
 
     def run(self):
         self.connect()
