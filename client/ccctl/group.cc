@@ -22,6 +22,21 @@ std::string RanksText(const GroupInfo& group) {
   return absl::StrJoin(group.ranks, ",");
 }
 
+// One entry per rank: `to_json` of its result, or its error, with "rank".
+template <typename T, typename ToJsonFn>
+nlohmann::json PerRankJson(const RankResults<T>& results, ToJsonFn to_json) {
+  nlohmann::json document = nlohmann::json::array();
+  for (const auto& r : results) {
+    nlohmann::json entry =
+        r.result.ok()
+            ? to_json(*r.result)
+            : nlohmann::json{{"error", StatusText(r.result.status())}};
+    entry["rank"] = r.rank;
+    document.push_back(std::move(entry));
+  }
+  return document;
+}
+
 int CreateGroup(Globals& globals, const GroupArgs& args) {
   auto parsed = ParseIntList(args.ranks);
   if (!parsed.ok()) return Fail(parsed.status(), true);
@@ -33,16 +48,8 @@ int CreateGroup(Globals& globals, const GroupArgs& args) {
   auto results = (*client)->CreateGroup(args.name, ranks);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
-    nlohmann::json document = nlohmann::json::array();
-    for (const auto& r : results) {
-      document.push_back(
-          r.result.ok()
-              ? ToJson(*r.result)
-              : nlohmann::json{{"rank", r.rank},
-                               {"error", StatusText(r.result.status())}});
-      if (r.result.ok()) document.back()["rank"] = r.rank;
-    }
-    PrintJson(document);
+    PrintJson(PerRankJson(
+        results, [](const GroupInfo& group) { return ToJson(group); }));
   } else if (!failed) {
     std::cout << "group " << args.name << ": world ranks "
               << absl::StrJoin(ranks, ",") << " are group ranks 0.."
@@ -59,15 +66,9 @@ int DestroyGroup(Globals& globals, const std::string& name) {
   auto results = (*client)->DestroyGroup(name);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
-    nlohmann::json document = nlohmann::json::array();
-    for (const auto& r : results) {
-      document.push_back(
-          r.result.ok()
-              ? nlohmann::json{{"rank", r.rank}, {"destroyed", *r.result}}
-              : nlohmann::json{{"rank", r.rank},
-                               {"error", StatusText(r.result.status())}});
-    }
-    PrintJson(document);
+    PrintJson(PerRankJson(results, [](const std::string& destroyed) {
+      return nlohmann::json{{"destroyed", destroyed}};
+    }));
   } else if (!failed) {
     std::cout << "group " << name << ": destroyed on every rank\n";
   }
