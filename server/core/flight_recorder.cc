@@ -12,6 +12,10 @@ void FlightRecorder::Record(FlightEntry entry) {
 }
 
 OpRecord FlightRecorder::ToRecord(const FlightEntry& entry) {
+  return ToRecord(entry, entry.work.get());
+}
+
+OpRecord FlightRecorder::ToRecord(const FlightEntry& entry, Work* work) {
   OpRecord record;
   record.spec = entry.spec;
   record.dtype = entry.dtype;
@@ -19,23 +23,22 @@ OpRecord FlightRecorder::ToRecord(const FlightEntry& entry) {
   if (!entry.refused.ok()) {
     record.state = WorkState::kFailed;
     record.status = entry.refused;
-    if (entry.work) record.work_id = entry.work->id();
+    if (work != nullptr) record.work_id = work->id();
     return record;
   }
-  if (!entry.work) return record;
-  record.work_id = entry.work->id();
-  record.timing = entry.work->timing();
-  record.state = entry.work->state();
-  record.status = entry.work->status();
+  if (work == nullptr) return record;
+  record.work_id = work->id();
+  record.timing = work->timing();
+  record.state = work->state();
+  record.status = work->status();
   if (entry.plan_index >= 0 && record.state == WorkState::kFailed) {
     // A plan fails as a whole; each op has its own outcome.
-    auto* plan = dynamic_cast<PlanWork*>(entry.work.get());
+    auto* plan = dynamic_cast<PlanWork*>(work);
     if (plan != nullptr) {
-      const auto results = plan->results();
-      if (static_cast<size_t>(entry.plan_index) < results.size()) {
-        const absl::Status& own = results[entry.plan_index].status;
-        record.status = own;
-        record.state = own.ok() ? WorkState::kCompleted : WorkState::kFailed;
+      if (auto own = plan->result(static_cast<size_t>(entry.plan_index))) {
+        record.status = own->status;
+        record.state =
+            own->status.ok() ? WorkState::kCompleted : WorkState::kFailed;
       }
     }
   }

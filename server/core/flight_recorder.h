@@ -39,6 +39,9 @@ class FlightRecorder {
   std::vector<OpRecord> Last(const std::string& group, int limit) const;
 
   static OpRecord ToRecord(const FlightEntry& entry);
+  // The same, for an entry whose work is `work` (entry.work may be unset:
+  // a completion callback holds the work only by pointer).
+  static OpRecord ToRecord(const FlightEntry& entry, Work* work);
 
  private:
   const size_t per_group_;

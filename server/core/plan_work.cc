@@ -95,6 +95,12 @@ std::vector<PlanOpResult> PlanWork::results() const {
   return results_;
 }
 
+std::optional<PlanOpResult> PlanWork::result(size_t index) const {
+  std::lock_guard<std::mutex> lock(results_mutex_);
+  if (index >= results_.size()) return std::nullopt;
+  return results_[index];
+}
+
 std::chrono::milliseconds PlanWork::timeout() const {
   std::chrono::milliseconds total{0};
   for (const BoundOp& op : ops_) total += op.timeout;
@@ -113,7 +119,6 @@ absl::StatusOr<std::unique_ptr<CommWork>> PlanWork::Launch(Communicator& comm) {
   for (BoundOp& op : ops) {
     if (op.agreement == Agreement::kCheck) op.agreement = Agreement::kAgreed;
   }
-  std::vector<std::unique_ptr<CommWork>> parts;
   if (aggregate_) {
     BatchOptions options;
     options.aggregate = true;
@@ -130,6 +135,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> PlanWork::Launch(Communicator& comm) {
     return std::unique_ptr<CommWork>(
         new CompletedWork(status, (*batch)->DeviceMicros()));
   }
+  std::vector<std::unique_ptr<CommWork>> parts;
   absl::Status launch_error;
   for (const BoundOp& op : ops) {
     auto handle = comm.Launch(op);

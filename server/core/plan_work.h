@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "server/comm/communicator.h"
@@ -30,8 +31,11 @@ class PlanWork final : public Work, public ExecutorTask {
            std::vector<std::shared_ptr<Tensor>> tensors, TensorStore* store);
 
   const std::vector<OpSpec>& op_specs() const { return specs_; }
+  const std::vector<BoundOp>& bound_ops() const { return ops_; }
   // One per op; valid once the work completed.
   std::vector<PlanOpResult> results() const;
+  // Op `index`'s result (empty before the work completed).
+  std::optional<PlanOpResult> result(size_t index) const;
 
   // ExecutorTask.
   int64_t seq() const override { return spec().seq; }

@@ -180,6 +180,7 @@ class WorkerCoreImpl final : public WorkerCore {
       return absl::InvalidArgumentError("a plan needs at least one op");
     }
     std::vector<OpSpec> specs;
+    specs.reserve(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
       OpSpec spec = plan.ops[static_cast<size_t>(i)];
       spec.group = whole.group;
@@ -189,6 +190,7 @@ class WorkerCoreImpl final : public WorkerCore {
       specs.push_back(std::move(spec));
     }
     std::vector<BoundOp> ops;
+    ops.reserve(static_cast<size_t>(count));
     std::vector<std::shared_ptr<Tensor>> tensors;
     for (int64_t i = 0; i < count; ++i) {
       const OpSpec& spec = specs[static_cast<size_t>(i)];
@@ -209,14 +211,18 @@ class WorkerCoreImpl final : public WorkerCore {
       ops.push_back(resolved->op);
     }
     const int64_t id = next_work_id_.fetch_add(1);
-    auto work = std::make_shared<PlanWork>(id, whole, specs, ops,
-                                           plan.aggregate, tensors, &store_);
+    auto work =
+        std::make_shared<PlanWork>(id, whole, std::move(specs), std::move(ops),
+                                   plan.aggregate, tensors, &store_);
     if (absl::Status s = store_.Hold(tensors, id, work->Describe()); !s.ok()) {
-      return RefuseInStep(*executor, whole, count, specs, s);
+      return RefuseInStep(*executor, whole, count, work->op_specs(), s);
     }
     std::vector<FlightEntry> entries;
+    entries.reserve(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
-      FlightEntry entry{specs[i], ops[i].dtype, ops[i].count, work};
+      const BoundOp& op = work->bound_ops()[static_cast<size_t>(i)];
+      FlightEntry entry{work->op_specs()[static_cast<size_t>(i)], op.dtype,
+                        op.count, work};
       entry.plan_index = static_cast<int>(i);
       entries.push_back(std::move(entry));
     }
@@ -585,11 +591,14 @@ class WorkerCoreImpl final : public WorkerCore {
     if (work->spec().async) Remember(work);
     if (config_.on_op_done) {
       // The work runs its own callbacks, so it is alive then.
+      // Its copy of the entries holds the work by pointer only: the work
+      // holds this callback.
       Work* raw = work.get();
-      work->OnDone([this, raw, entries] {
-        for (FlightEntry entry : entries) {
-          entry.work = std::shared_ptr<Work>(std::shared_ptr<Work>(), raw);
-          config_.on_op_done(FlightRecorder::ToRecord(entry));
+      std::vector<FlightEntry> done(entries.begin(), entries.end());
+      for (FlightEntry& entry : done) entry.work.reset();
+      work->OnDone([this, raw, done = std::move(done)] {
+        for (const FlightEntry& entry : done) {
+          config_.on_op_done(FlightRecorder::ToRecord(entry, raw));
         }
       });
     }

@@ -154,6 +154,7 @@ absl::StatusOr<PlanSpec> PlanSpecFromProto(const v1::PlanRequest& request) {
   plan.seq = request.seq();
   plan.generation = request.generation();
   plan.aggregate = request.aggregate();
+  plan.ops.reserve(static_cast<size_t>(request.ops_size()));
   for (int i = 0; i < request.ops_size(); ++i) {
     auto op = OpSpecFromProto(request.ops(i));
     if (!op.ok()) {

@@ -183,6 +183,19 @@ TEST_F(ClientTest, APlanOneRankRefusesFailsOnEveryRankAndTheWorldGoesOn) {
   EXPECT_NE(first.message().find("refused at rank 1"), std::string::npos)
       << first;
   EXPECT_FALSE(results[0].result->steps[1].error.ok());
+  // Rank 0's flight recorder holds each of the plan's ops with its own
+  // outcome (read from the plan's per-op results).
+  const auto logs = client->OpLogs({0}, "", 2);
+  ASSERT_EQ(logs.size(), 1u);
+  ASSERT_TRUE(logs[0].result.ok()) << logs[0].result.status();
+  ASSERT_EQ(logs[0].result->records.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& record = logs[0].result->records[i];
+    EXPECT_EQ(record.input, i == 0 ? "plan.w" : "plan.only0");
+    EXPECT_EQ(record.state, client::WorkState::kFailed);
+    EXPECT_EQ(record.error.message(),
+              results[0].result->steps[i].error.message());
+  }
   const auto after = client->Collective(AllReduce("plan.w"));
   ExpectAllOk(after);
   ASSERT_TRUE(after[0].result.ok());
