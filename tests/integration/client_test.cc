@@ -183,8 +183,9 @@ TEST_F(ClientTest, APlanOneRankRefusesFailsOnEveryRankAndTheWorldGoesOn) {
   EXPECT_NE(first.message().find("refused at rank 1"), std::string::npos)
       << first;
   EXPECT_FALSE(results[0].result->steps[1].error.ok());
-  // Rank 0's flight recorder holds each of the plan's ops with its own
-  // outcome (read from the plan's per-op results).
+  // Rank 0's flight recorder holds each of the plan's ops, failed. Both
+  // carry the plan's one reason here (nothing ran), so this does not tell
+  // the ops' own results apart.
   const auto logs = client->OpLogs({0}, "", 2);
   ASSERT_EQ(logs.size(), 1u);
   ASSERT_TRUE(logs[0].result.ok()) << logs[0].result.status();
