@@ -185,7 +185,7 @@ TEST_F(ClientTest, APlanOneRankRefusesFailsOnEveryRankAndTheWorldGoesOn) {
   EXPECT_FALSE(results[0].result->steps[1].error.ok());
   // Rank 0's flight recorder holds each of the plan's ops, failed. Both
   // carry the plan's one reason here (nothing ran), so this does not tell
-  // the ops' own results apart.
+  // the ops' own results apart; tests/unit/plan_work_test.cc does.
   const auto logs = client->OpLogs({0}, "", 2);
   ASSERT_EQ(logs.size(), 1u);
   ASSERT_TRUE(logs[0].result.ok()) << logs[0].result.status();

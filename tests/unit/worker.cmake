@@ -19,3 +19,10 @@ target_include_directories(arrival_check_unit_tests PRIVATE ${PROJECT_SOURCE_DIR
 ccl_target_defaults(arrival_check_unit_tests)
 add_test(NAME arrival_check_unit_tests COMMAND arrival_check_unit_tests)
 set_tests_properties(arrival_check_unit_tests PROPERTIES LABELS unit TIMEOUT 60)
+
+add_executable(plan_work_unit_tests ${CMAKE_CURRENT_LIST_DIR}/plan_work_test.cc)
+target_link_libraries(plan_work_unit_tests PRIVATE ccl_worker_core GTest::gmock GTest::gtest_main)
+target_include_directories(plan_work_unit_tests PRIVATE ${PROJECT_SOURCE_DIR})
+ccl_target_defaults(plan_work_unit_tests)
+add_test(NAME plan_work_unit_tests COMMAND plan_work_unit_tests)
+set_tests_properties(plan_work_unit_tests PROPERTIES LABELS unit TIMEOUT 60)
