@@ -2,13 +2,8 @@
 # Prometheus endpoint (checked by promtool), and the offline validation of
 # deploy/ and docker/. A missing tool (promtool, docker-compose, kubectl,
 # shellcheck) fails these tests; .ci/run installs them.
-add_executable(ops_integration_test ${CMAKE_CURRENT_LIST_DIR}/ops_integration_test.cc)
-target_link_libraries(ops_integration_test PRIVATE ccl_testing ccl_proto
-  GTest::gtest_main)
-ccl_target_defaults(ops_integration_test)
-add_test(NAME ops_integration_test COMMAND ops_integration_test)
-set_tests_properties(ops_integration_test PROPERTIES LABELS integration
-  TIMEOUT 300)
+ccl_gtest(ops_integration_test SOURCES ops_integration_test.cc
+  LIBS ccl_testing ccl_proto LABELS integration TIMEOUT 300)
 
 # Not REQUIRED: the images configure this tree without Python to build the
 # binaries; a test run without it fails these tests instead of dropping them.

@@ -1,5 +1,2 @@
-add_executable(common_unit_tests common_test.cc)
-target_link_libraries(common_unit_tests PRIVATE ccl_common GTest::gtest_main)
-ccl_target_defaults(common_unit_tests)
-add_test(NAME common_unit_tests COMMAND common_unit_tests)
-set_tests_properties(common_unit_tests PROPERTIES LABELS unit TIMEOUT 60)
+ccl_gtest(common_unit_tests SOURCES common_test.cc LIBS ccl_common
+  LABELS unit TIMEOUT 60)

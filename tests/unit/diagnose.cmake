@@ -1,5 +1,2 @@
-add_executable(diagnose_unit_tests diagnose_test.cc)
-target_link_libraries(diagnose_unit_tests PRIVATE ccl_ccctl GTest::gtest_main)
-ccl_target_defaults(diagnose_unit_tests)
-add_test(NAME diagnose_unit_tests COMMAND diagnose_unit_tests)
-set_tests_properties(diagnose_unit_tests PROPERTIES LABELS unit TIMEOUT 60)
+ccl_gtest(diagnose_unit_tests SOURCES diagnose_test.cc LIBS ccl_ccctl
+  LABELS unit TIMEOUT 60)

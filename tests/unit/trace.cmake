@@ -1,5 +1,2 @@
-add_executable(trace_unit_tests trace_test.cc)
-target_link_libraries(trace_unit_tests PRIVATE ccl_ccctl GTest::gtest_main)
-ccl_target_defaults(trace_unit_tests)
-add_test(NAME trace_unit_tests COMMAND trace_unit_tests)
-set_tests_properties(trace_unit_tests PROPERTIES LABELS unit TIMEOUT 60)
+ccl_gtest(trace_unit_tests SOURCES trace_test.cc LIBS ccl_ccctl
+  LABELS unit TIMEOUT 60)
