@@ -184,4 +184,10 @@ void StoreElement(DType dtype, void* data, size_t index, double value) {
   }
 }
 
+double RoundToDType(DType dtype, double value) {
+  alignas(8) unsigned char buf[8] = {};
+  StoreElement(dtype, buf, 0, value);
+  return LoadElement(dtype, buf, 0);
+}
+
 }  // namespace ccl

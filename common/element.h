@@ -2,6 +2,7 @@
 // summaries and result checks; never on the data path of a collective.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -24,5 +25,42 @@ uint8_t DoubleToFp8E4M3(double value);
 double Fp8E4M3ToDouble(uint8_t bits);
 uint8_t DoubleToFp8E5M2(double value);
 double Fp8E5M2ToDouble(uint8_t bits);
+
+// `value` as an element of `dtype` holds it (StoreElement then LoadElement).
+double RoundToDType(DType dtype, double value);
+
+// The expected result of reducing `world` ranks' element values with
+// `reduce_op`, computed in double and rounded to `dtype` once at the end:
+// the reference both the bench's result check and the conformance suite
+// compare a backend against (the backends reduce on their own code paths,
+// so a bug here fails those checks rather than hiding one). `contribution`
+// gives rank r's value, premul_sum's scale already applied; avg divides
+// the sum, truncating toward zero for integers as NCCL does.
+template <typename Contribution>
+double ReferenceReduce(DType dtype, ReduceOp reduce_op, int world,
+                       Contribution contribution) {
+  double acc = contribution(0);
+  for (int r = 1; r < world; ++r) {
+    const double v = contribution(r);
+    switch (reduce_op) {
+      case ReduceOp::kProd:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = acc < v ? acc : v;
+        break;
+      case ReduceOp::kMax:
+        acc = acc > v ? acc : v;
+        break;
+      default:  // sum, avg, premul_sum
+        acc += v;
+        break;
+    }
+  }
+  if (reduce_op == ReduceOp::kAvg) {
+    acc = IsFloatingPoint(dtype) ? acc / world : std::trunc(acc / world);
+  }
+  return RoundToDType(dtype, acc);
+}
 
 }  // namespace ccl

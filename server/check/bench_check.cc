@@ -11,43 +11,17 @@
 namespace ccl::check {
 namespace {
 
-double RoundTo(DType dtype, double value) {
-  alignas(8) unsigned char buf[8] = {};
-  StoreElement(dtype, buf, 0, value);
-  return LoadElement(dtype, buf, 0);
-}
-
 double Contribution(const BoundOp& op, int rank, int64_t index) {
   const double v = PatternValue(op.reduce_op, rank, index);
   if (op.reduce_op == ReduceOp::kPremulSum) {
-    return RoundTo(op.dtype, v * op.premul_scale);
+    return RoundToDType(op.dtype, v * op.premul_scale);
   }
   return v;
 }
 
 double Reduced(const BoundOp& op, int world, int64_t index) {
-  double acc = Contribution(op, 0, index);
-  for (int r = 1; r < world; ++r) {
-    const double v = Contribution(op, r, index);
-    switch (op.reduce_op) {
-      case ReduceOp::kProd:
-        acc *= v;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      default:
-        acc += v;
-        break;
-    }
-  }
-  if (op.reduce_op == ReduceOp::kAvg) {
-    acc = IsFloatingPoint(op.dtype) ? acc / world : std::trunc(acc / world);
-  }
-  return RoundTo(op.dtype, acc);
+  return ReferenceReduce(op.dtype, op.reduce_op, world,
+                         [&](int r) { return Contribution(op, r, index); });
 }
 
 void FillPattern(const BoundOp& op, int rank, void* data, int64_t n) {
@@ -162,7 +136,7 @@ int64_t CountWrong(const BoundOp& op, int rank, int world) {
       const int64_t idx = plan.idx_base + (plan.chunked ? k % plan.chunk : k);
       want = PatternValue(op.reduce_op, src, idx);
     }
-    want = RoundTo(op.dtype, want);
+    want = RoundToDType(op.dtype, want);
     const double got = LoadElement(op.dtype, op.output, static_cast<size_t>(k));
     if (!(std::fabs(got - want) <= Tolerance(op.dtype, want))) ++wrong;
   }

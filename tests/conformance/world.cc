@@ -76,12 +76,6 @@ World::World(int size, WorkerConfig config, int64_t generation) : size_(size) {
   }
 }
 
-double Rounded(DType dtype, double v) {
-  alignas(8) unsigned char buf[8] = {};
-  StoreElement(dtype, buf, 0, v);
-  return LoadElement(dtype, buf, 0);
-}
-
 bool Close(DType dtype, double got, double want) {
   if (!IsFloatingPoint(dtype)) return got == want;
   double rel = 1e-6;
@@ -146,39 +140,16 @@ double Input(const Case& c, int rank, int64_t i) {
   } else {
     v = static_cast<double>((i * 7 + rank * 13) % 17);
   }
-  return Rounded(c.dtype, v);
+  return RoundToDType(c.dtype, v);
 }
 
 double Reduced(const Case& c, int world, int64_t i) {
-  double acc = 0;
-  for (int r = 0; r < world; ++r) {
-    double v = Input(c, r, i);
-    if (c.reduce_op == ReduceOp::kPremulSum) {
-      v = Rounded(c.dtype, v * c.premul_scale);
-    }
-    if (r == 0) {
-      acc = v;
-      continue;
-    }
-    switch (c.reduce_op) {
-      case ReduceOp::kProd:
-        acc *= v;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      default:
-        acc += v;
-        break;
-    }
-  }
-  if (c.reduce_op == ReduceOp::kAvg) {
-    acc = IsFloatingPoint(c.dtype) ? acc / world : std::trunc(acc / world);
-  }
-  return Rounded(c.dtype, acc);
+  return ReferenceReduce(c.dtype, c.reduce_op, world, [&](int r) {
+    const double v = Input(c, r, i);
+    return c.reduce_op == ReduceOp::kPremulSum
+               ? RoundToDType(c.dtype, v * c.premul_scale)
+               : v;
+  });
 }
 
 void RunCase(World& w, const Case& c) {
@@ -268,16 +239,16 @@ void RunCase(World& w, const Case& c) {
         case OpKind::kReduce:
           if (r == c.root) return Reduced(c, W, k);
           // Off the root the tensors stay as they were.
-          return c.in_place ? Input(c, r, k) : Rounded(c.dtype, kSentinel);
+          return c.in_place ? Input(c, r, k) : RoundToDType(c.dtype, kSentinel);
         case OpKind::kAllGather:
           return Input(c, static_cast<int>(k / n), k % n);
         case OpKind::kGather:
           if (r == c.root) return Input(c, static_cast<int>(k / n), k % n);
           if (c.in_place) {
             return k / n == r ? Input(c, r, k % n)
-                              : Rounded(c.dtype, kSentinel);
+                              : RoundToDType(c.dtype, kSentinel);
           }
-          return Rounded(c.dtype, kSentinel);
+          return RoundToDType(c.dtype, kSentinel);
         case OpKind::kReduceScatter:
           if (c.in_place) {
             return k / n == r ? Reduced(c, W, k) : std::nan("");
@@ -287,7 +258,7 @@ void RunCase(World& w, const Case& c) {
           if (c.in_place) {
             if (k / n == r) return Input(c, c.root, k);
             return r == c.root ? Input(c, c.root, k)
-                               : Rounded(c.dtype, kSentinel);
+                               : RoundToDType(c.dtype, kSentinel);
           }
           return Input(c, c.root, r * n + k);
         case OpKind::kAllToAll:

@@ -60,7 +60,6 @@ class World {
   int64_t seq_ = 0;
 };
 
-double Rounded(DType dtype, double v);
 bool Close(DType dtype, double got, double want);
 // A 1-d tensor of `numel` on the core's own device.
 absl::StatusOr<TensorMeta> Alloc(WorkerCore& core, const std::string& name,

@@ -54,12 +54,6 @@ std::vector<double> ReadAll(WorkerCore& core, const std::string& name,
   return out;
 }
 
-double Rounded(DType dtype, double v) {
-  alignas(8) unsigned char buf[8] = {};
-  StoreElement(dtype, buf, 0, v);
-  return LoadElement(dtype, buf, 0);
-}
-
 TEST(TensorStoreTest, FillsEveryKindForEveryDType) {
   auto core = MakeCore();
   const std::vector<Fill> fills = {
@@ -85,7 +79,7 @@ TEST(TensorStoreTest, FillsEveryKindForEveryDType) {
       ASSERT_EQ(values.size(), 15u);
       for (int64_t i = 0; i < 15; ++i) {
         // Rank is 0 before a world is formed.
-        const double want = Rounded(dtype, FillValue(fill, 0, i));
+        const double want = RoundToDType(dtype, FillValue(fill, 0, i));
         EXPECT_EQ(values[i], want)
             << DTypeName(dtype) << " fill " << static_cast<int>(fill.kind)
             << " element " << i;
