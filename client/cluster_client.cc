@@ -13,21 +13,6 @@ namespace {
 using std::chrono::milliseconds;
 using Async = v1::Worker::StubInterface::async_interface;
 
-template <typename Native, typename Wire>
-RankResults<Native> ToNativeEach(const std::vector<int>& ranks,
-                                 std::vector<absl::StatusOr<Wire>> results) {
-  RankResults<Native> out;
-  out.reserve(ranks.size());
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (results[i].ok()) {
-      out.push_back({ranks[i], internal::ToNative(*results[i])});
-    } else {
-      out.push_back({ranks[i], results[i].status()});
-    }
-  }
-  return out;
-}
-
 template <typename T>
 absl::StatusOr<T> Single(RankResults<T> results) {
   return std::move(results.front().result);
@@ -177,7 +162,7 @@ RankResults<GroupInfo> ClusterClient::CreateGroup(
   // waits for it, one in another generation refuses.
   request.set_generation(impl_->world.generation);
   const auto deadline = impl_->Deadline(internal::ClientImpl::kRpcMargin);
-  return ToNativeEach<GroupInfo>(
+  return internal::ToNativeEach<GroupInfo>(
       everyone,
       impl_->CallEach<v1::CreateGroupRequest, v1::GroupInfo>(
           everyone,
@@ -210,7 +195,7 @@ absl::StatusOr<WorkerInfo> ClusterClient::Info(int rank) {
 }
 
 RankResults<WorkerInfo> ClusterClient::Info(const std::vector<int>& ranks) {
-  return ToNativeEach<WorkerInfo>(
+  return internal::ToNativeEach<WorkerInfo>(
       ranks, impl_->CallEach<v1::GetInfoRequest, v1::WorkerInfo>(
                  ranks, v1::GetInfoRequest(), &Async::GetInfo));
 }
@@ -243,7 +228,7 @@ RankResults<TensorInfo> ClusterClient::Alloc(
     requests.push_back(std::move(request));
   }
   const auto deadline = impl_->Deadline();
-  return ToNativeEach<TensorInfo>(
+  return internal::ToNativeEach<TensorInfo>(
       ranks, impl_->CallEach<v1::AllocTensorRequest, v1::TensorInfo>(
                  ranks, std::move(requests), &Async::AllocTensor,
                  [deadline](const auto&) { return deadline; }));
@@ -275,7 +260,7 @@ absl::StatusOr<TensorList> ClusterClient::List(int rank) {
 }
 
 RankResults<TensorList> ClusterClient::List(const std::vector<int>& ranks) {
-  return ToNativeEach<TensorList>(
+  return internal::ToNativeEach<TensorList>(
       ranks, impl_->CallEach<v1::ListTensorsRequest, v1::ListTensorsResponse>(
                  ranks, v1::ListTensorsRequest(), &Async::ListTensors));
 }
@@ -291,7 +276,7 @@ RankResults<TensorSummary> ClusterClient::Summarize(
   v1::SummarizeTensorRequest request;
   request.set_name(name);
   request.set_head(head);
-  return ToNativeEach<TensorSummary>(
+  return internal::ToNativeEach<TensorSummary>(
       ranks, impl_->CallEach<v1::SummarizeTensorRequest, v1::TensorSummary>(
                  ranks, request, &Async::SummarizeTensor));
 }
@@ -350,7 +335,7 @@ RankResults<BenchResult> ClusterClient::Bench(
     impl_->Stamp(*request.mutable_op(), *seq);
     stamped.push_back(std::move(request));
   }
-  return ToNativeEach<BenchResult>(
+  return internal::ToNativeEach<BenchResult>(
       ranks,
       impl_->CallEach<v1::BenchRequest, v1::BenchResponse>(
           ranks, std::move(stamped), &Async::Bench,
@@ -381,7 +366,7 @@ RankResults<WorkStatus> ClusterClient::Wait(const std::vector<WorkRef>& works,
   }
   const auto deadline = impl_->Deadline(timeout);
   const std::vector<int> ranks = RanksOf(works);
-  return ToNativeEach<WorkStatus>(
+  return internal::ToNativeEach<WorkStatus>(
       ranks, impl_->CallEach<v1::WaitRequest, v1::WorkStatus>(
                  ranks, std::move(requests), &Async::Wait,
                  [deadline](const auto&) { return deadline; }));
@@ -401,7 +386,7 @@ RankResults<WorkStatus> ClusterClient::Test(const std::vector<WorkRef>& works) {
   }
   const auto deadline = impl_->Deadline();
   const std::vector<int> ranks = RanksOf(works);
-  return ToNativeEach<WorkStatus>(
+  return internal::ToNativeEach<WorkStatus>(
       ranks, impl_->CallEach<v1::TestRequest, v1::WorkStatus>(
                  ranks, std::move(requests), &Async::Test,
                  [deadline](const auto&) { return deadline; }));
@@ -412,7 +397,7 @@ RankResults<OpLog> ClusterClient::OpLogs(const std::vector<int>& ranks,
   v1::GetOpLogRequest request;
   request.set_group(group.empty() ? impl_->group : group);
   request.set_limit(limit);
-  return ToNativeEach<OpLog>(
+  return internal::ToNativeEach<OpLog>(
       ranks, impl_->CallEach<v1::GetOpLogRequest, v1::OpLog>(ranks, request,
                                                              &Async::GetOpLog));
 }

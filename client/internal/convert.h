@@ -3,6 +3,8 @@
 // field by field.
 #pragma once
 
+#include <vector>
+
 #include "ccl/v1/coordinator.pb.h"
 #include "ccl/v1/worker.pb.h"
 #include "client/types.h"
@@ -25,6 +27,22 @@ BenchResult ToNative(const v1::BenchResponse& response);
 OpRecord ToNative(const v1::OpRecord& record);
 OpLog ToNative(const v1::OpLog& log);
 PlanResult ToNative(const v1::PlanResponse& response);
+
+// Each rank's wire answer (or its error) as the native type, in rank order.
+template <typename Native, typename Wire>
+RankResults<Native> ToNativeEach(const std::vector<int>& ranks,
+                                 std::vector<absl::StatusOr<Wire>> results) {
+  RankResults<Native> out;
+  out.reserve(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (results[i].ok()) {
+      out.push_back({ranks[i], ToNative(*results[i])});
+    } else {
+      out.push_back({ranks[i], results[i].status()});
+    }
+  }
+  return out;
+}
 
 v1::Fill ToWire(const Fill& fill);
 // `device` fills in a spec without one (the worker's own).

@@ -143,15 +143,7 @@ RankResults<TensorInfo> WriteTensors(internal::ClientImpl& impl,
       impl, ranks, [&](size_t i, internal::Countdown* countdown) {
         return std::make_unique<WriteCall>(writes[i], countdown);
       });
-  RankResults<TensorInfo> out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (results[i].ok()) {
-      out.push_back({ranks[i], internal::ToNative(*results[i])});
-    } else {
-      out.push_back({ranks[i], results[i].status()});
-    }
-  }
-  return out;
+  return internal::ToNativeEach<TensorInfo>(ranks, std::move(results));
 }
 
 RankResults<std::string> ReadTensors(internal::ClientImpl& impl,

@@ -1,27 +1,14 @@
-// MakeCommunicator in a build without CUDA: Gloo only.
+// The factory's NCCL half in a build without CUDA: no NCCL backend.
 #include "absl/strings/str_cat.h"
-#include "server/comm/agreement.h"
-#include "server/comm/factory.h"
-#include "server/comm/gloo/gloo_communicator.h"
+#include "server/comm/factory_nccl.h"
 
 namespace ccl {
 
-absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
-    const CommunicatorConfig& config, KvStore& store) {
-  if (config.device.kind != DeviceKind::kCpu) {
-    return absl::UnimplementedError(
-        absl::StrCat("device ", DeviceName(config.device),
-                     ": this build has no NCCL backend"));
-  }
-  auto gloo =
-      GlooCommunicator::Create(config.rank, config.size, config.data_host,
-                               config.prefix, store, config.timeout);
-  if (!gloo.ok()) return gloo.status();
-  return WithAgreement(*std::move(gloo));
-}
-
-std::string BackendFor(const Device& device) {
-  return device.kind == DeviceKind::kCuda ? "nccl" : "gloo";
+absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(
+    const CommunicatorConfig& config, KvStore&) {
+  return absl::UnimplementedError(
+      absl::StrCat("device ", DeviceName(config.device),
+                   ": this build has no NCCL backend"));
 }
 
 std::optional<int> NcclRanksPerRoot(const Device&) { return std::nullopt; }

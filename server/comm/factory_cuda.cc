@@ -1,31 +1,17 @@
-// MakeCommunicator in a build with CUDA: NCCL for CUDA devices, Gloo for
-// the CPU.
-#include "server/comm/agreement.h"
-#include "server/comm/factory.h"
-#include "server/comm/gloo/gloo_communicator.h"
+// The factory's NCCL half in a build with CUDA.
+#include "server/comm/factory_nccl.h"
 #include "server/comm/nccl/nccl_communicator.h"
 #include "server/comm/nccl/nccl_host.h"
 
 namespace ccl {
 
-absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(
+absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(
     const CommunicatorConfig& config, KvStore& store) {
-  if (config.device.kind == DeviceKind::kCuda) {
-    auto nccl =
-        NcclCommunicator::Create(config.rank, config.size, config.device.index,
-                                 config.prefix, store, config.timeout);
-    if (!nccl.ok()) return nccl.status();
-    return WithAgreement(*std::move(nccl));
-  }
-  auto gloo =
-      GlooCommunicator::Create(config.rank, config.size, config.data_host,
+  auto nccl =
+      NcclCommunicator::Create(config.rank, config.size, config.device.index,
                                config.prefix, store, config.timeout);
-  if (!gloo.ok()) return gloo.status();
-  return WithAgreement(*std::move(gloo));
-}
-
-std::string BackendFor(const Device& device) {
-  return device.kind == DeviceKind::kCuda ? "nccl" : "gloo";
+  if (!nccl.ok()) return nccl.status();
+  return std::unique_ptr<Communicator>(*std::move(nccl));
 }
 
 std::optional<int> NcclRanksPerRoot(const Device& device) {
