@@ -221,6 +221,21 @@ class FailureTest : public ::testing::Test {
     return work_ids;
   }
 
+  // SIGKILLs worker `rank` and waits until the process is gone.
+  void KillWorker(int rank) {
+    ASSERT_TRUE(cluster_->worker(rank).Signal(SIGKILL).ok());
+    ASSERT_TRUE(cluster_->worker(rank).WaitForExit(seconds(10)).ok());
+  }
+
+  // Kills worker `rank`, starts a new process in its place, and waits until
+  // the world has re-formed at `generation` + 1.
+  void ReplaceWorker(int rank, int64_t generation) {
+    ASSERT_NO_FATAL_FAILURE(KillWorker(rank));
+    ASSERT_TRUE(cluster_->RestartWorker(rank).ok());
+    auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+    ASSERT_TRUE(ready.ok()) << ready.status();
+  }
+
   // Every worker's threads, when a worker stopped answering: what a hang
   // report needs. Uses gdb when the machine has it.
   void DumpStacks() {

@@ -39,8 +39,7 @@ TEST_F(FailureTest, KillDuringLargeAllReduceRecoversEveryTime) {
     if (HasFailure()) return;
     std::this_thread::sleep_for(milliseconds(rng() % 40));
     const auto killed_at = Clock::now();
-    ASSERT_TRUE(cluster_->worker(victim).Signal(SIGKILL).ok());
-    ASSERT_TRUE(cluster_->worker(victim).WaitForExit(seconds(10)).ok());
+    ASSERT_NO_FATAL_FAILURE(KillWorker(victim));
 
     for (int r = 0; r < kWorkers; ++r) {
       if (r == victim) continue;
@@ -279,11 +278,7 @@ TEST_F(FailureTest, SubgroupsSurviveAReformWithAReplacedMember) {
     ASSERT_TRUE(r.result.ok())
         << "rank " << r.rank << ": " << r.result.status();
   }
-  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
-  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
-  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
-  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
-  ASSERT_TRUE(ready.ok()) << ready.status();
+  ASSERT_NO_FATAL_FAILURE(ReplaceWorker(1, generation));
   auto pair = Client(seconds(20));
   ASSERT_NE(pair, nullptr);
   ASSERT_TRUE(pair->UseGroup("pair").ok());
@@ -318,11 +313,7 @@ TEST_F(FailureTest, ADestroyedSubgroupIsNotMadeAgainByAReform) {
     ASSERT_TRUE(r.result.ok())
         << "rank " << r.rank << ": " << r.result.status();
   }
-  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
-  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
-  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
-  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
-  ASSERT_TRUE(ready.ok()) << ready.status();
+  ASSERT_NO_FATAL_FAILURE(ReplaceWorker(1, generation));
   auto after = Client(seconds(20));
   ASSERT_NE(after, nullptr);
   for (int r = 0; r < kWorkers; ++r) {
@@ -406,8 +397,7 @@ TEST_F(FailureTest, ConcurrentClientsDuringAFailureNeverHang) {
     });
   }
   std::this_thread::sleep_for(seconds(1));
-  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
-  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
+  ASSERT_NO_FATAL_FAILURE(KillWorker(1));
   std::this_thread::sleep_for(seconds(1));
   ASSERT_TRUE(cluster_->RestartWorker(1).ok());
   auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
@@ -439,8 +429,7 @@ TEST_F(ElasticShrinkTest, AKilledRankIsDroppedAndTheWorldGoesOn) {
   ASSERT_NE(before, nullptr);
   const int64_t generation = before->world().generation;
   const int victim = 1;
-  ASSERT_TRUE(cluster_->worker(victim).Signal(SIGKILL).ok());
-  ASSERT_TRUE(cluster_->worker(victim).WaitForExit(seconds(10)).ok());
+  ASSERT_NO_FATAL_FAILURE(KillWorker(victim));
   auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
   ASSERT_TRUE(ready.ok()) << ready.status();
   auto after = Client();
@@ -507,11 +496,7 @@ TEST_F(FailureTest, AWorkIdOfAKilledWorkerIsNotFoundOnItsSuccessor) {
   wait(*client, submit(*client, &old));
   ASSERT_GT(old.work_id, 0);
 
-  ASSERT_TRUE(cluster_->worker(1).Signal(SIGKILL).ok());
-  ASSERT_TRUE(cluster_->worker(1).WaitForExit(seconds(10)).ok());
-  ASSERT_TRUE(cluster_->RestartWorker(1).ok());
-  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
-  ASSERT_TRUE(ready.ok()) << ready.status();
+  ASSERT_NO_FATAL_FAILURE(ReplaceWorker(1, generation));
   auto next = Client(seconds(20));
   ASSERT_NE(next, nullptr);
   ASSERT_TRUE(AllocOnDevice(*next, 1, "a", 16, FillKind::kRankPlusOne).ok());
