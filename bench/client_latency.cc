@@ -11,7 +11,7 @@
 // on the machine, and the server API's share of it shows.
 //
 //   ./build/bench/client_latency --coordinator HOST:PORT [--iters 2000]
-//       [--bytes 8] [--plan 1000]
+//       [--bytes 8] [--plan 1000] [--plan-rounds 5]
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -313,7 +313,7 @@ int main(int argc, char** argv) {
     return ServeNoop(*kind);
   }
   ccl::client::ClientOptions options;
-  int iters = 2000, plan_ops = 1000;
+  int iters = 2000, plan_ops = 1000, plan_rounds = 5;
   int64_t bytes = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -325,13 +325,17 @@ int main(int argc, char** argv) {
       bytes = std::atoll(argv[i + 1]);
     } else if (flag == "--plan") {
       plan_ops = std::atoi(argv[i + 1]);
+    } else if (flag == "--plan-rounds") {
+      plan_rounds = std::atoi(argv[i + 1]);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  if (iters < 1 || plan_ops < 1 || bytes < 4) {
-    std::fprintf(stderr, "need --iters >= 1, --plan >= 1, --bytes >= 4\n");
+  if (iters < 1 || plan_ops < 1 || plan_rounds < 1 || bytes < 4) {
+    std::fprintf(stderr,
+                 "need --iters >= 1, --plan >= 1, --plan-rounds >= 1, "
+                 "--bytes >= 4\n");
     return 2;
   }
   auto client = ClusterClient::Connect(options);
@@ -380,7 +384,7 @@ int main(int argc, char** argv) {
   plan.steps.assign(plan_ops, ccl::client::PlanStep::Collective(op));
   std::vector<double> plan_us;
   bool emulated = false;
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < plan_rounds; ++round) {
     const auto start = Clock::now();
     const auto results = c.SubmitPlan(plan);
     plan_us.push_back(Since(start) / plan_ops);

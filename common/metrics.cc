@@ -155,18 +155,26 @@ void MetricsRegistry::Set(const std::string& name, const MetricLabels& labels,
 
 void MetricsRegistry::Observe(const std::string& name,
                               const MetricLabels& labels, double value) {
+  ObserveEach(name, labels, std::span<const double>(&value, 1));
+}
+
+void MetricsRegistry::ObserveEach(const std::string& name,
+                                  const MetricLabels& labels,
+                                  std::span<const double> values) {
   std::lock_guard<std::mutex> lock(mutex_);
   Series* series = FindSeries(name, labels, Type::kHistogram);
   if (series == nullptr) return;
   const std::vector<double>& bounds = families_[name].buckets;
-  for (size_t i = 0; i < bounds.size(); ++i) {
-    if (value <= bounds[i]) {
-      ++series->bucket_counts[i];
-      break;
+  for (const double value : values) {
+    for (size_t i = 0; i < bounds.size(); ++i) {
+      if (value <= bounds[i]) {
+        ++series->bucket_counts[i];
+        break;
+      }
     }
+    series->value += value;
+    ++series->count;
   }
-  series->value += value;
-  ++series->count;
 }
 
 void MetricsRegistry::ClearSeries(const std::string& name) {

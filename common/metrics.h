@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,9 @@ class MetricsRegistry {
   void Set(const std::string& name, const MetricLabels& labels, double value);
   void Observe(const std::string& name, const MetricLabels& labels,
                double value);
+  // Observe of each of `values`, looking the series up once (a plan's ops).
+  void ObserveEach(const std::string& name, const MetricLabels& labels,
+                   std::span<const double> values);
   // Drops every series of a gauge family (for state-style gauges that are
   // rebuilt on each scrape).
   void ClearSeries(const std::string& name);

@@ -267,8 +267,8 @@ int main(int argc, char** argv) {
   config.max_groups = limits.max_groups;
   ccl::WorkerMetrics metrics(device->kind == ccl::DeviceKind::kCuda ? "nccl"
                                                                     : "gloo");
-  config.on_op_done = [&metrics](const ccl::OpRecord& record) {
-    metrics.OnOpDone(record);
+  config.on_ops_done = [&metrics](std::span<const ccl::OpRecord> records) {
+    metrics.OnOpsDone(records);
   };
   auto core = ccl::WorkerCore::Create(config);
   if (!core.ok()) {

@@ -15,6 +15,20 @@ OpRecord FlightRecorder::ToRecord(const FlightEntry& entry) {
   return ToRecord(entry, entry.work.get());
 }
 
+void FlightRecorder::RecordPlan(const std::shared_ptr<PlanWork>& plan,
+                                const absl::Status& refused) {
+  const std::vector<OpSpec>& specs = plan->op_specs();
+  const std::vector<BoundOp>& ops = plan->bound_ops();
+  const size_t first =
+      specs.size() > per_group_ ? specs.size() - per_group_ : 0;
+  for (size_t i = first; i < specs.size(); ++i) {
+    FlightEntry entry{specs[i], ops[i].dtype, ops[i].count, plan};
+    entry.plan_index = static_cast<int>(i);
+    entry.refused = refused;
+    Record(std::move(entry));
+  }
+}
+
 OpRecord FlightRecorder::ToRecord(const FlightEntry& entry, Work* work) {
   OpRecord record;
   record.spec = entry.spec;
@@ -26,23 +40,36 @@ OpRecord FlightRecorder::ToRecord(const FlightEntry& entry, Work* work) {
     if (work != nullptr) record.work_id = work->id();
     return record;
   }
-  if (work == nullptr) return record;
-  record.work_id = work->id();
-  record.timing = work->timing();
-  record.state = work->state();
-  record.status = work->status();
-  if (entry.plan_index >= 0 && record.state == WorkState::kFailed) {
+  if (work != nullptr) FillFromWork(*work, entry.plan_index, record);
+  return record;
+}
+
+OpRecord FlightRecorder::ToRecord(PlanWork& plan, size_t index) {
+  OpRecord record;
+  record.spec = plan.op_specs()[index];
+  record.dtype = plan.bound_ops()[index].dtype;
+  record.count = plan.bound_ops()[index].count;
+  FillFromWork(plan, static_cast<int>(index), record);
+  return record;
+}
+
+void FlightRecorder::FillFromWork(Work& work, int plan_index,
+                                  OpRecord& record) {
+  record.work_id = work.id();
+  record.timing = work.timing();
+  record.state = work.state();
+  record.status = work.status();
+  if (plan_index >= 0 && record.state == WorkState::kFailed) {
     // A plan fails as a whole; each op has its own outcome.
-    auto* plan = dynamic_cast<PlanWork*>(work);
+    auto* plan = dynamic_cast<PlanWork*>(&work);
     if (plan != nullptr) {
-      if (auto own = plan->result(static_cast<size_t>(entry.plan_index))) {
+      if (auto own = plan->result(static_cast<size_t>(plan_index))) {
         record.status = own->status;
         record.state =
             own->status.ok() ? WorkState::kCompleted : WorkState::kFailed;
       }
     }
   }
-  return record;
 }
 
 std::vector<OpRecord> FlightRecorder::Last(const std::string& group,

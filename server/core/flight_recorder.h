@@ -18,6 +18,8 @@
 
 namespace ccl {
 
+class PlanWork;
+
 struct FlightEntry {
   OpSpec spec;
   DType dtype = DType::kFloat32;
@@ -35,6 +37,11 @@ class FlightRecorder {
   explicit FlightRecorder(size_t per_group) : per_group_(per_group) {}
 
   void Record(FlightEntry entry);
+  // The entries of `plan`'s ops (`refused`: why it was not queued), only as
+  // many of its last ops as a group keeps: a longer plan's earlier entries
+  // would be dropped as they were recorded.
+  void RecordPlan(const std::shared_ptr<PlanWork>& plan,
+                  const absl::Status& refused);
   // The last `limit` entries of `group` (0: all kept), oldest first.
   std::vector<OpRecord> Last(const std::string& group, int limit) const;
 
@@ -42,8 +49,14 @@ class FlightRecorder {
   // The same, for an entry whose work is `work` (entry.work may be unset:
   // a completion callback holds the work only by pointer).
   static OpRecord ToRecord(const FlightEntry& entry, Work* work);
+  // Op `index` of `plan` as ToRecord would give its entry, without one.
+  static OpRecord ToRecord(PlanWork& plan, size_t index);
 
  private:
+  // The work's part of a record: id, state, status and timing (op
+  // `plan_index`'s own outcome in a failed plan).
+  static void FillFromWork(Work& work, int plan_index, OpRecord& record);
+
   const size_t per_group_;
   mutable std::mutex mutex_;
   std::map<std::string, std::deque<FlightEntry>> entries_;

@@ -60,9 +60,12 @@ struct WorkerConfig {
   // cannot grow the worker without bound. RESOURCE_EXHAUSTED beyond.
   int64_t max_tensors = 0;
   int64_t max_groups = 0;
-  // Called once per submitted op when it completes, fails or is refused, on
-  // the thread that finishes it (metrics and op logs); must not block.
-  std::function<void(const OpRecord&)> on_op_done;
+  // Called with the records of submitted ops as they complete, fail or are
+  // refused, on the thread that finishes them (metrics and op logs); must
+  // not block. Every op is passed once: a lone op alone, a plan's ops in
+  // order and in batches, so that the hook can account for a run of like
+  // ops at once.
+  std::function<void(std::span<const OpRecord>)> on_ops_done;
 };
 
 class WorkerCore {

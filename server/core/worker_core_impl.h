@@ -217,24 +217,12 @@ class WorkerCoreImpl final : public WorkerCore {
     if (absl::Status s = store_.Hold(tensors, id, work->Describe()); !s.ok()) {
       return RefuseInStep(*executor, whole, count, work->op_specs(), s);
     }
-    std::vector<FlightEntry> entries;
-    entries.reserve(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) {
-      const BoundOp& op = work->bound_ops()[static_cast<size_t>(i)];
-      FlightEntry entry{work->op_specs()[static_cast<size_t>(i)], op.dtype,
-                        op.count, work};
-      entry.plan_index = static_cast<int>(i);
-      entries.push_back(std::move(entry));
-    }
     if (absl::Status s = executor->Enqueue(work); !s.ok()) {
       store_.Release(tensors, id);
-      for (FlightEntry& entry : entries) {
-        entry.refused = s;
-        flight_.Record(std::move(entry));
-      }
+      flight_.RecordPlan(work, s);
       return s;
     }
-    Accepted(work, std::move(entries));
+    AcceptedPlan(work);
     return work;
   }
 
@@ -574,12 +562,12 @@ class WorkerCoreImpl final : public WorkerCore {
   // The flight recorder's and the metrics' record of a refused request.
   absl::Status RecordRefusal(const OpSpec& spec, absl::Status reason) {
     flight_.Record(FlightEntry{spec, DType::kFloat32, 0, nullptr, -1, reason});
-    if (config_.on_op_done) {
+    if (config_.on_ops_done) {
       OpRecord record;
       record.spec = spec;
       record.state = WorkState::kFailed;
       record.status = reason;
-      config_.on_op_done(record);
+      config_.on_ops_done({&record, 1});
     }
     return reason;
   }
@@ -589,7 +577,7 @@ class WorkerCoreImpl final : public WorkerCore {
   void Accepted(const std::shared_ptr<Work>& work,
                 std::vector<FlightEntry> entries) {
     if (work->spec().async) Remember(work);
-    if (config_.on_op_done) {
+    if (config_.on_ops_done) {
       // The work runs its own callbacks, so it is alive then.
       // Its copy of the entries holds the work by pointer only: the work
       // holds this callback.
@@ -598,11 +586,39 @@ class WorkerCoreImpl final : public WorkerCore {
       for (FlightEntry& entry : done) entry.work.reset();
       work->OnDone([this, raw, done = std::move(done)] {
         for (const FlightEntry& entry : done) {
-          config_.on_op_done(FlightRecorder::ToRecord(entry, raw));
+          const OpRecord record = FlightRecorder::ToRecord(entry, raw);
+          config_.on_ops_done({&record, 1});
         }
       });
     }
     for (FlightEntry& entry : entries) flight_.Record(std::move(entry));
+  }
+
+  // Accepted for a plan: every op reports its own record when the plan is
+  // done, read from the plan itself (a plan of thousands of ops copies no
+  // entries for it), and the recorder gets the ops it keeps.
+  void AcceptedPlan(const std::shared_ptr<PlanWork>& work) {
+    if (config_.on_ops_done) {
+      // The work runs its own callbacks, so it is alive then; it holds this
+      // callback, so the callback holds it by pointer only.
+      PlanWork* raw = work.get();
+      work->OnDone([this, raw] {
+        // In batches: one vector of a whole plan's records would be a large
+        // allocation (fresh pages) per plan.
+        constexpr size_t kBatch = 256;
+        const size_t count = raw->op_specs().size();
+        std::vector<OpRecord> records;
+        records.reserve(std::min(count, kBatch));
+        for (size_t i = 0; i < count; ++i) {
+          records.push_back(FlightRecorder::ToRecord(*raw, i));
+          if (records.size() == kBatch || i + 1 == count) {
+            config_.on_ops_done(records);
+            records.clear();
+          }
+        }
+      });
+    }
+    flight_.RecordPlan(work, absl::OkStatus());
   }
 
   // Runs the waiters whose generation has come (all of them, failed, once

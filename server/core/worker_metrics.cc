@@ -1,5 +1,7 @@
 #include "server/core/worker_metrics.h"
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "common/logging.h"
 #include "common/types.h"
@@ -65,30 +67,55 @@ WorkerMetrics::WorkerMetrics(std::string backend)
   registry_.AddCollector([this](MetricsRegistry& r) { Collect(r); });
 }
 
-void WorkerMetrics::OnOpDone(const OpRecord& record) {
-  const std::string op(OpKindName(record.spec.kind));
-  const bool ok = record.status.ok();
-  const std::string status =
-      ok ? "OK" : absl::StatusCodeToString(record.status.code());
-  registry_.Add("ccl_ops_total",
-                {{"op", op}, {"backend", backend_}, {"status", status}}, 1);
-  const MetricLabels labels = {{"op", op}, {"backend", backend_}};
-  // A byte count only for ops that moved data; count*size is per rank, as
-  // nccl-tests' "size" column.
-  if (ok) {
-    registry_.Add("ccl_op_bytes_total", labels,
-                  static_cast<double>(record.count) *
-                      static_cast<double>(DTypeSize(record.dtype)));
-    registry_.Observe("ccl_op_latency_seconds", labels,
-                      record.timing.total_us * 1e-6);
-    registry_.Observe("ccl_op_device_seconds", labels,
-                      record.timing.device_us * 1e-6);
+void WorkerMetrics::OnOpsDone(std::span<const OpRecord> records) {
+  size_t begin = 0;
+  while (begin < records.size()) {
+    const OpRecord& first = records[begin];
+    size_t end = begin + 1;
+    while (end < records.size() && records[end].spec.kind == first.spec.kind &&
+           records[end].status.code() == first.status.code()) {
+      ++end;
+    }
+    Account(records.subspan(begin, end - begin));
+    begin = end;
   }
-  ScopedLogOp scope(record.spec.group, record.spec.seq);
+}
+
+void WorkerMetrics::Account(std::span<const OpRecord> run) {
+  const OpRecord& first = run.front();
+  const std::string op(OpKindName(first.spec.kind));
+  const bool ok = first.status.ok();
+  const std::string status =
+      ok ? "OK" : absl::StatusCodeToString(first.status.code());
+  registry_.Add("ccl_ops_total",
+                {{"op", op}, {"backend", backend_}, {"status", status}},
+                static_cast<double>(run.size()));
+  const MetricLabels labels = {{"op", op}, {"backend", backend_}};
   if (ok) {
-    spdlog::debug("{} done in {:.1f} us", op, record.timing.total_us);
-  } else {
-    spdlog::warn("{} failed: {}", op, record.status.ToString());
+    // A byte count only for ops that moved data; count*size is per rank, as
+    // nccl-tests' "size" column.
+    double bytes = 0;
+    std::vector<double> latency, device;
+    latency.reserve(run.size());
+    device.reserve(run.size());
+    for (const OpRecord& record : run) {
+      bytes += static_cast<double>(record.count) *
+               static_cast<double>(DTypeSize(record.dtype));
+      latency.push_back(record.timing.total_us * 1e-6);
+      device.push_back(record.timing.device_us * 1e-6);
+    }
+    registry_.Add("ccl_op_bytes_total", labels, bytes);
+    registry_.ObserveEach("ccl_op_latency_seconds", labels, latency);
+    registry_.ObserveEach("ccl_op_device_seconds", labels, device);
+    if (!spdlog::should_log(spdlog::level::debug)) return;
+  }
+  for (const OpRecord& record : run) {
+    ScopedLogOp scope(record.spec.group, record.spec.seq);
+    if (ok) {
+      spdlog::debug("{} done in {:.1f} us", op, record.timing.total_us);
+    } else {
+      spdlog::warn("{} failed: {}", op, record.status.ToString());
+    }
   }
 }
 

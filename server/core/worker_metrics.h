@@ -1,5 +1,5 @@
 // The worker's Prometheus metrics: per-op counts, bytes and latency by op
-// and backend (fed by WorkerConfig::on_op_done, the one place every op's
+// and backend (fed by WorkerConfig::on_ops_done, the one place every op's
 // final status and timing pass), and live state read at scrape time
 // (tensors held, communicator states, heartbeat age).
 #pragma once
@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "common/metrics.h"
@@ -21,8 +22,10 @@ class WorkerMetrics {
 
   MetricsRegistry& registry() { return registry_; }
 
-  // The on_op_done hook: must not block (it runs on an executor thread).
-  void OnOpDone(const OpRecord& record);
+  // The on_ops_done hook: must not block (it runs on an executor thread).
+  // A run of consecutive records of one op kind and outcome (a plan's) is
+  // accounted for with one update per series.
+  void OnOpsDone(std::span<const OpRecord> records);
 
   // Gauges of `core` are read on each scrape from then on; `core` must
   // outlive the metrics endpoint.
@@ -33,6 +36,8 @@ class WorkerMetrics {
   void HeartbeatSucceeded();
 
  private:
+  // `run`: records of one op kind and one status code.
+  void Account(std::span<const OpRecord> run);
   void Collect(MetricsRegistry& registry);
 
   const std::string backend_;

@@ -106,6 +106,55 @@ TEST(MetricsHttpServerTest, ServesMetricsOnAnEphemeralPort) {
   (*server)->Stop();
 }
 
+// A plan's records come in one call; runs of like ops are accounted for
+// together and must add up to what one call per op gave.
+TEST(WorkerMetricsTest, ABatchOfMixedRecordsCountsEachOpOnce) {
+  WorkerMetrics metrics("nccl");
+  std::vector<OpRecord> batch;
+  auto add = [&](OpKind kind, int64_t count, double total_us,
+                 absl::Status status) {
+    OpRecord record;
+    record.spec.kind = kind;
+    record.dtype = DType::kFloat32;
+    record.count = count;
+    record.timing.total_us = total_us;
+    record.timing.device_us = total_us / 2;
+    record.status = std::move(status);
+    batch.push_back(record);
+  };
+  add(OpKind::kAllReduce, 2, 5, absl::OkStatus());
+  add(OpKind::kAllReduce, 2, 50000, absl::OkStatus());
+  add(OpKind::kBroadcast, 8, 5, absl::OkStatus());
+  add(OpKind::kAllReduce, 2, 5, absl::UnavailableError("peer 1 went away"));
+  add(OpKind::kAllReduce, 2, 5, absl::FailedPreconditionError("not run"));
+  add(OpKind::kAllReduce, 4, 5, absl::OkStatus());
+  metrics.OnOpsDone(batch);
+  const std::string text = metrics.registry().Render();
+  for (const char* line : {
+           "ccl_ops_total{op=\"all_reduce\",backend=\"nccl\",status=\"OK\"} "
+           "3\n",
+           "ccl_ops_total{op=\"broadcast\",backend=\"nccl\",status=\"OK\"} "
+           "1\n",
+           "ccl_ops_total{op=\"all_reduce\",backend=\"nccl\",status="
+           "\"UNAVAILABLE\"} 1\n",
+           "ccl_ops_total{op=\"all_reduce\",backend=\"nccl\",status="
+           "\"FAILED_PRECONDITION\"} 1\n",
+           // (2 + 2 + 4) floats
+           "ccl_op_bytes_total{op=\"all_reduce\",backend=\"nccl\"} 32\n",
+           "ccl_op_latency_seconds_count{op=\"all_reduce\",backend=\"nccl\"} "
+           "3\n",
+           "ccl_op_device_seconds_count{op=\"all_reduce\",backend=\"nccl\"} "
+           "3\n",
+           // Two of the three took 5 us; the third 50 ms.
+           "ccl_op_latency_seconds_bucket{op=\"all_reduce\",backend=\"nccl\","
+           "le=\"0.0001\"} 2\n",
+           "ccl_op_latency_seconds_bucket{op=\"all_reduce\",backend=\"nccl\","
+           "le=\"1\"} 3\n",
+       }) {
+    EXPECT_TRUE(absl::StrContains(text, line)) << line << "\nin\n" << text;
+  }
+}
+
 TEST(WorkerMetricsTest, CountsOpsBytesAndLatencyByOpAndBackend) {
   WorkerMetrics metrics("gloo");
   OpRecord record;
@@ -114,10 +163,10 @@ TEST(WorkerMetricsTest, CountsOpsBytesAndLatencyByOpAndBackend) {
   record.count = 256;
   record.timing.total_us = 1500;
   record.timing.device_us = 1000;
-  metrics.OnOpDone(record);
-  metrics.OnOpDone(record);
+  metrics.OnOpsDone({&record, 1});
+  metrics.OnOpsDone({&record, 1});
   record.status = absl::DeadlineExceededError("slow peer");
-  metrics.OnOpDone(record);
+  metrics.OnOpsDone({&record, 1});
   metrics.SetMembership(2, 4, 7);
   metrics.SetState("ready");
   const std::string text = metrics.registry().Render();

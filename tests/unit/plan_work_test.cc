@@ -177,11 +177,50 @@ TEST_F(PlanWorkTest, FlightRecordsOfAFailedPlanCarryEachOpsOwnOutcome) {
   EXPECT_EQ(first.spec.seq, 5);
   EXPECT_EQ(third.spec.input, "c");
 
-  // The completion callback's form (work held by pointer only) agrees.
+  // The completion callback's forms (work held by pointer only; a plan's
+  // op read from the plan itself) agree.
   FlightEntry by_pointer = EntryFor(plan, 0);
   by_pointer.work.reset();
   EXPECT_EQ(FlightRecorder::ToRecord(by_pointer, plan.get()).state,
             WorkState::kCompleted);
+  for (size_t i = 0; i < 3; ++i) {
+    const OpRecord from_plan = FlightRecorder::ToRecord(*plan, i);
+    const OpRecord from_entry =
+        FlightRecorder::ToRecord(EntryFor(plan, static_cast<int>(i)));
+    EXPECT_EQ(from_plan.state, from_entry.state) << "op " << i;
+    EXPECT_EQ(from_plan.status, from_entry.status) << "op " << i;
+    EXPECT_EQ(from_plan.spec.seq, from_entry.spec.seq) << "op " << i;
+    EXPECT_EQ(from_plan.count, 4) << "op " << i;
+    EXPECT_EQ(from_plan.work_id, 42) << "op " << i;
+  }
+}
+
+TEST_F(PlanWorkTest, TheRecorderKeepsAPlansLastOpsWithTheirOwnOutcomes) {
+  auto plan = ThreeOpPlan(&store_);
+  ScriptedCommunicator comm({absl::OkStatus(), absl::OkStatus(),
+                             absl::InternalError("peer 1 went away")});
+  (void)RunPlan(*plan, comm);
+  FlightRecorder recorder(/*per_group=*/2);
+  recorder.RecordPlan(plan, absl::OkStatus());
+  const std::vector<OpRecord> records = recorder.Last(kWorldGroup, 0);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].spec.seq, 6);
+  EXPECT_EQ(records[0].state, WorkState::kCompleted);
+  EXPECT_EQ(records[1].spec.seq, 7);
+  EXPECT_EQ(records[1].state, WorkState::kFailed);
+  EXPECT_THAT(std::string(records[1].status.message()),
+              HasSubstr("peer 1 went away"));
+
+  // A plan refused at the queue: every op kept says why.
+  FlightRecorder refusals(/*per_group=*/8);
+  refusals.RecordPlan(ThreeOpPlan(&store_),
+                      absl::UnavailableError("the worker is shutting down"));
+  const std::vector<OpRecord> refused = refusals.Last(kWorldGroup, 0);
+  ASSERT_EQ(refused.size(), 3u);
+  for (const OpRecord& record : refused) {
+    EXPECT_EQ(record.state, WorkState::kFailed);
+    EXPECT_EQ(record.status.code(), absl::StatusCode::kUnavailable);
+  }
 }
 
 TEST_F(PlanWorkTest, AnOpRefusedAtLaunchFailsThereAndTheRestDidNotRun) {
