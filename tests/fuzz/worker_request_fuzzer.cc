@@ -17,6 +17,7 @@
 #include "server/core/worker_core.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/request_limits.h"
+#include "spdlog/spdlog.h"
 #include "tests/testing/in_memory_kv_store.h"
 
 namespace ccl {
@@ -42,6 +43,9 @@ class Harness {
     // Invalid UTF-8 in string fields is expected here; its log line per
     // input would drown the fuzzer's own output.
     google::protobuf::SetLogHandler(nullptr);
+    // spdlog's registry is made now, before this object is complete, so
+    // that it outlives this object at exit: the core logs while it stops.
+    (void)spdlog::default_logger_raw();
     WorkerConfig config;
     config.device = Device{DeviceKind::kCpu, 0};
     config.tensor_quota_bytes = 64 << 20;
@@ -217,10 +221,12 @@ class Harness {
 }  // namespace ccl
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // One worker for the whole run, as a daemon lives across requests.
-  static ccl::Harness* harness = new ccl::Harness();
+  // One worker for the whole run, as a daemon lives across requests. A
+  // static object, destroyed at exit before what it constructed (spdlog):
+  // see coordinator_request_fuzzer.cc.
+  static ccl::Harness harness;
   if (size == 0) return 0;
-  harness->Run(data[0],
-               std::string(reinterpret_cast<const char*>(data + 1), size - 1));
+  harness.Run(data[0],
+              std::string(reinterpret_cast<const char*>(data + 1), size - 1));
   return 0;
 }
