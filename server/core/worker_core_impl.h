@@ -158,7 +158,7 @@ class WorkerCoreImpl final : public WorkerCore {
       flight_.Record(std::move(entry));
       return s;
     }
-    Accepted(work, {entry});
+    Accepted(work, std::move(entry));
     return std::shared_ptr<Work>(work);
   }
 
@@ -572,26 +572,22 @@ class WorkerCoreImpl final : public WorkerCore {
     return reason;
   }
 
-  // Bookkeeping of accepted work: the flight recorder, the async table, and
-  // the completion callback (metrics) per op.
-  void Accepted(const std::shared_ptr<Work>& work,
-                std::vector<FlightEntry> entries) {
+  // Bookkeeping of an accepted op: the flight recorder, the async table, and
+  // the completion callback (metrics).
+  void Accepted(const std::shared_ptr<Work>& work, FlightEntry entry) {
     if (work->spec().async) Remember(work);
     if (config_.on_ops_done) {
-      // The work runs its own callbacks, so it is alive then.
-      // Its copy of the entries holds the work by pointer only: the work
-      // holds this callback.
+      // The work runs its own callbacks, so it is alive then. Its copy of the
+      // entry holds the work by pointer only: the work holds this callback.
       Work* raw = work.get();
-      std::vector<FlightEntry> done(entries.begin(), entries.end());
-      for (FlightEntry& entry : done) entry.work.reset();
+      FlightEntry done = entry;
+      done.work.reset();
       work->OnDone([this, raw, done = std::move(done)] {
-        for (const FlightEntry& entry : done) {
-          const OpRecord record = FlightRecorder::ToRecord(entry, raw);
-          config_.on_ops_done({&record, 1});
-        }
+        const OpRecord record = FlightRecorder::ToRecord(done, raw);
+        config_.on_ops_done({&record, 1});
       });
     }
-    for (FlightEntry& entry : entries) flight_.Record(std::move(entry));
+    flight_.Record(std::move(entry));
   }
 
   // Accepted for a plan: every op reports its own record when the plan is
