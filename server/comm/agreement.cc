@@ -35,24 +35,15 @@ class AgreeingCommunicator final : public Communicator {
   }
 
   absl::Status Agree(const std::vector<BoundOp>& ops) override {
-    std::vector<BoundOp> to_check;
-    for (const BoundOp& op : ops) {
-      if (op.agreement == Agreement::kCheck) to_check.push_back(op);
-    }
-    return to_check.empty() ? absl::OkStatus() : Exchange(to_check);
+    return Exchange(ops);
   }
 
   absl::StatusOr<std::unique_ptr<CommWork>> LaunchBatch(
       const std::vector<BoundOp>& ops, const BatchOptions& options) override {
-    std::vector<BoundOp> to_check;
+    if (absl::Status s = Exchange(ops); !s.ok()) return s;
     std::vector<BoundOp> agreed = ops;
     for (BoundOp& op : agreed) {
-      if (op.agreement != Agreement::kCheck) continue;
-      to_check.push_back(op);
-      op.agreement = Agreement::kAgreed;
-    }
-    if (!to_check.empty()) {
-      if (absl::Status s = Exchange(to_check); !s.ok()) return s;
+      if (op.agreement == Agreement::kCheck) op.agreement = Agreement::kAgreed;
     }
     return inner_->LaunchBatch(agreed, options);
   }
@@ -83,13 +74,18 @@ class AgreeingCommunicator final : public Communicator {
   }
 
  private:
-  // Ops that involve every rank are compared across all of them; send and
-  // recv only between the two ranks. A batch is one exchange: point to
-  // point ops in it are agreed with their peers one after the other.
+  // The ops of `ops` that ask for the check (kCheck) are compared: those
+  // that involve every rank across all of them, send and recv only between
+  // the two ranks. A batch is one exchange: point to point ops in it are
+  // agreed with their peers one after the other. A plan's thousands of ops
+  // pass through here, so nothing is copied op by op.
   absl::Status Exchange(const std::vector<BoundOp>& ops) {
     std::vector<const BoundOp*> collectives;
+    collectives.reserve(ops.size());
     for (const BoundOp& op : ops) {
-      if (op.kind == OpKind::kNop) continue;
+      if (op.agreement != Agreement::kCheck || op.kind == OpKind::kNop) {
+        continue;
+      }
       if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
         if (absl::Status s = AgreePointToPoint(op); !s.ok()) return s;
         continue;
@@ -116,8 +112,8 @@ class AgreeingCommunicator final : public Communicator {
                        " ms; the ", name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
+    std::vector<OpFingerprint> of_op(world);
     for (size_t i = 0; i < n; ++i) {
-      std::vector<OpFingerprint> of_op(world);
       for (size_t r = 0; r < world; ++r) of_op[r] = all[r * n + i];
       // Out of step first: fingerprints of different seqs say nothing
       // about this op, withdrawn or not, and the communicator must go.

@@ -1,6 +1,7 @@
 #include "server/core/resolve.h"
 
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -39,20 +40,22 @@ absl::StatusOr<BoundOp> RequestHeader(
     default:
       return fail("unknown op kind");
   }
-  // Root and peer are ranks of the op's group.
-  const std::string of_group =
-      spec.group == kWorldGroup
-          ? absl::StrCat("a world of size ", world)
-          : absl::StrCat("group '", spec.group, "' of size ", world,
-                         " (group ranks)");
+  // Root and peer are ranks of the op's group. Worded only on an error:
+  // this runs for every op of a plan.
+  auto of_group = [&] {
+    return spec.group == kWorldGroup
+               ? absl::StrCat("a world of size ", world)
+               : absl::StrCat("group '", spec.group, "' of size ", world,
+                              " (group ranks)");
+  };
   if (HasRoot(spec.kind) && (spec.root < 0 || spec.root >= world)) {
     return fail(
-        absl::StrCat("root ", spec.root, " is not a rank of ", of_group));
+        absl::StrCat("root ", spec.root, " is not a rank of ", of_group()));
   }
   if (spec.kind == OpKind::kSend || spec.kind == OpKind::kRecv) {
     if (spec.peer < 0 || spec.peer >= world) {
       return fail(
-          absl::StrCat("peer ", spec.peer, " is not a rank of ", of_group));
+          absl::StrCat("peer ", spec.peer, " is not a rank of ", of_group()));
     }
     if (spec.peer == rank) {
       return fail(absl::StrCat("peer ", spec.peer,
@@ -79,10 +82,12 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
                                  std::chrono::milliseconds default_timeout) {
   const int rank = comm.rank();
   const int world = comm.size();
-  const std::string op_name = std::string(OpKindName(spec.kind));
-  const std::string what = DescribeOp(spec);
+  // Error wording is built only on an error: this runs for every op of a
+  // plan, and a description per op was a visible share of a plan's cost.
+  const std::string_view op_name = OpKindName(spec.kind);
   auto fail = [&](const std::string& message) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", message));
+    return absl::InvalidArgumentError(
+        absl::StrCat(DescribeOp(spec), ": ", message));
   };
   Resolved out;
   CCL_ASSIGN_OR_RETURN(out.op, RequestHeader(spec, comm, default_timeout));
@@ -93,11 +98,13 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
       [&](const std::string& name,
           const char* role) -> absl::StatusOr<std::shared_ptr<Tensor>> {
     if (name.empty()) {
-      return fail(absl::StrCat(op_name, " needs ", role, " tensor"));
+      return fail(
+          absl::StrCat(std::string(op_name), " needs ", role, " tensor"));
     }
     auto tensor = store.Lookup(name);
     if (!tensor.ok()) {
-      return absl::NotFoundError(absl::StrCat(what, ": no tensor named '", name,
+      return absl::NotFoundError(absl::StrCat(DescribeOp(spec),
+                                              ": no tensor named '", name,
                                               "' (", role, ") on rank ", rank));
     }
     return tensor;

@@ -133,8 +133,9 @@ class WorkerCore {
   // seq itself is what is wrong: taken, lost, or far ahead).
   virtual absl::StatusOr<std::shared_ptr<Work>> Submit(const OpSpec& spec) = 0;
   // Consecutive ops of one group at [plan.seq, plan.seq + ops.size()).
+  // Taken by value: its ops move into the work, not copied op by op.
   virtual absl::StatusOr<std::shared_ptr<PlanWork>> SubmitPlan(
-      const PlanSpec& plan) = 0;
+      PlanSpec plan) = 0;
   // A benchmark occupying one seq.
   virtual absl::StatusOr<std::shared_ptr<BenchWork>> Bench(
       const OpSpec& spec, const BenchOptions& options) = 0;

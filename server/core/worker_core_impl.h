@@ -162,8 +162,7 @@ class WorkerCoreImpl final : public WorkerCore {
     return std::shared_ptr<Work>(work);
   }
 
-  absl::StatusOr<std::shared_ptr<PlanWork>> SubmitPlan(
-      const PlanSpec& plan) override {
+  absl::StatusOr<std::shared_ptr<PlanWork>> SubmitPlan(PlanSpec plan) override {
     OpSpec whole;
     whole.group = plan.group;
     whole.seq = plan.seq;
@@ -179,15 +178,13 @@ class WorkerCoreImpl final : public WorkerCore {
     if (count == 0) {
       return absl::InvalidArgumentError("a plan needs at least one op");
     }
-    std::vector<OpSpec> specs;
-    specs.reserve(static_cast<size_t>(count));
+    std::vector<OpSpec> specs = std::move(plan.ops);
     for (int64_t i = 0; i < count; ++i) {
-      OpSpec spec = plan.ops[static_cast<size_t>(i)];
+      OpSpec& spec = specs[static_cast<size_t>(i)];
       spec.group = whole.group;
       spec.seq = plan.seq + i;
       spec.generation = plan.generation;
       spec.async = false;
-      specs.push_back(std::move(spec));
     }
     std::vector<BoundOp> ops;
     ops.reserve(static_cast<size_t>(count));

@@ -398,45 +398,45 @@ void WorkerService::SubmitPlan(SubmitPlanCall* call) {
   }
   const int64_t timeout_ms =
       request.ops_size() > 0 ? request.ops(0).timeout_ms() : 0;
-  // Copied first: the lambda below takes the plan.
+  // Copied first: the lambda below takes the plan, and the core its ops.
   const std::string group = plan->group;
   const int64_t seq = plan->seq;
   const int64_t count = std::max(1, request.ops_size());
   InGeneration(
       plan->generation, timeout_ms, group, seq, count, call,
-      [this, plan = *std::move(plan), call] {
-        auto work = core_.SubmitPlan(plan);
+      [this, plan = *std::move(plan), group, seq, call]() mutable {
+        auto work = core_.SubmitPlan(std::move(plan));
         if (!work.ok()) return call->Finish(work.status());
         v1::PlanResponse* response = call->response();
         response->set_rank(core_.rank());
         response->set_generation(core_.generation());
-        response->set_group(plan.group);
-        response->set_seq(plan.seq);
+        response->set_group(group);
+        response->set_seq(seq);
         PlanWork* held = work->get();
-        AnswerWhenDone(
-            call, *work, WhyQueuedFor(plan.group, plan.seq), [held, response] {
-              const std::vector<PlanOpResult> results = held->results();
-              const std::vector<OpSpec>& specs = held->op_specs();
-              for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
-                v1::WorkStatus* out = response->add_results();
-                out->set_work_id(held->id());
-                out->set_kind(ToProto(specs[i].kind));
-                out->set_group(specs[i].group);
-                out->set_seq(specs[i].seq);
-                out->set_state(results[i].status.ok() ? v1::WORK_STATE_COMPLETED
-                                                      : v1::WORK_STATE_FAILED);
-                if (!results[i].status.ok()) {
-                  out->set_error_code(
-                      static_cast<int32_t>(results[i].status.code()));
-                  out->set_error_message(
-                      std::string(results[i].status.message()));
-                }
-                out->mutable_timing()->set_device_us(results[i].device_us);
-              }
-              // Each op's outcome is in the results; the call succeeded if the
-              // plan was run, whatever its ops did.
-              return absl::OkStatus();
-            });
+        AnswerWhenDone(call, *work, WhyQueuedFor(group, seq), [held, response] {
+          const std::vector<PlanOpResult> results = held->results();
+          const std::vector<OpSpec>& specs = held->op_specs();
+          response->mutable_results()->Reserve(
+              static_cast<int>(std::min(results.size(), specs.size())));
+          for (size_t i = 0; i < results.size() && i < specs.size(); ++i) {
+            v1::WorkStatus* out = response->add_results();
+            out->set_work_id(held->id());
+            out->set_kind(ToProto(specs[i].kind));
+            out->set_group(specs[i].group);
+            out->set_seq(specs[i].seq);
+            out->set_state(results[i].status.ok() ? v1::WORK_STATE_COMPLETED
+                                                  : v1::WORK_STATE_FAILED);
+            if (!results[i].status.ok()) {
+              out->set_error_code(
+                  static_cast<int32_t>(results[i].status.code()));
+              out->set_error_message(std::string(results[i].status.message()));
+            }
+            out->mutable_timing()->set_device_us(results[i].device_us);
+          }
+          // Each op's outcome is in the results; the call succeeded if the
+          // plan was run, whatever its ops did.
+          return absl::OkStatus();
+        });
       });
 }
 

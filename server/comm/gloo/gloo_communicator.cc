@@ -385,9 +385,11 @@ absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
   if (absl::Status s = Supports(op.kind, op.dtype, op.reduce_op); !s.ok()) {
     return s;
   }
-  const std::string where =
-      absl::StrCat("gloo ", std::string(OpKindName(op.kind)), " seq ", op.seq,
-                   " at rank ", rank_, "/", size_);
+  // Worded only on an error: this runs for every op of a plan.
+  auto where = [&] {
+    return absl::StrCat("gloo ", std::string(OpKindName(op.kind)), " seq ",
+                        op.seq, " at rank ", rank_, "/", size_);
+  };
   const Clock::time_point start = Clock::now();
   absl::Status status;
   bool poison = false;
@@ -395,26 +397,26 @@ absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
     status = Run(op);
   } catch (const gloo::IoException& e) {
     poison = true;
-    const std::string message = absl::StrCat(where, ": ", e.what());
+    const std::string message = absl::StrCat(where(), ": ", e.what());
     status = LooksLikeTimeout(e.what()) ? absl::DeadlineExceededError(message)
                                         : absl::UnavailableError(message);
   } catch (const gloo::Exception& e) {
     poison = true;
-    status = absl::UnavailableError(absl::StrCat(where, ": ", e.what()));
+    status = absl::UnavailableError(absl::StrCat(where(), ": ", e.what()));
   } catch (const gloo::EnforceNotMet& e) {
     // Aborted under the op (a re-form): the abort's reason. Otherwise the
     // transport failed or Gloo hit a bug (FromEnforce); poisoned either way.
     if (!Health().ok()) {
-      status = AbortedUnder(where, e.what());
+      status = AbortedUnder(where(), e.what());
     } else {
       poison = true;
-      status = FromEnforce(where, e.what());
+      status = FromEnforce(where(), e.what());
     }
   } catch (const std::bad_alloc&) {
     status = absl::ResourceExhaustedError(
-        absl::StrCat(where, ": out of host memory for a staging buffer"));
+        absl::StrCat(where(), ": out of host memory for a staging buffer"));
   } catch (const std::exception& e) {
-    status = AbortedUnder(where, e.what());
+    status = AbortedUnder(where(), e.what());
   }
   if (poison) Abort(status);
   return std::make_unique<CompletedWork>(std::move(status), MicrosSince(start));
