@@ -17,6 +17,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -433,8 +434,17 @@ class WorkerCoreImpl final : public WorkerCore {
   // A restarted worker remembers none, so the ranks pool what they know
   // (two small exchanges on the new world); a world that changed size
   // (--elastic shrink renumbers ranks) starts without groups.
+  //
+  // A group destroyed on some ranks only when the re-form comes (the
+  // client's destroy was still on its way to the others) stays destroyed:
+  // each rank also names the groups it destroyed since the last re-form,
+  // and a name any rank destroyed is made again by none. Otherwise the
+  // ranks that still held it would bring it back on the ones whose destroy
+  // had answered OK. `dropped`: the groups this rank held that the pool
+  // drops that way, so that their late destroy here still answers OK.
   absl::StatusOr<std::map<std::string, GroupEntry>> RecreateGroups(
-      Communicator& world, int rank, int world_size, KvStore& kv);
+      Communicator& world, int rank, int world_size, KvStore& kv,
+      std::set<std::string>* dropped);
 
   // Normalizes the group name and the generation (0: the current one) and
   // checks the generation.
@@ -663,6 +673,11 @@ class WorkerCoreImpl final : public WorkerCore {
   // check of subgroups.
   KvStore* kv_ = nullptr;
   std::map<std::string, GroupEntry> groups_;
+  // Groups destroyed on this rank since its groups were last pooled at a
+  // re-form (RecreateGroups), and those the last pooling dropped because
+  // another rank had destroyed them.
+  std::set<std::string> destroyed_here_;
+  std::set<std::string> dropped_at_reform_;
   // Stop the executors of replaced generations (see FormWorld).
   struct Reaper {
     std::thread thread;

@@ -84,7 +84,8 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
           std::chrono::steady_clock::now() - started)
           .count());
   std::shared_ptr<Communicator> comm = *std::move(made);
-  auto recreated = RecreateGroups(*comm, rank, world_size, store);
+  std::set<std::string> dropped;
+  auto recreated = RecreateGroups(*comm, rank, world_size, store, &dropped);
   if (!recreated.ok()) {
     comm->Abort(recreated.status());
     return recreated.status();
@@ -96,6 +97,7 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
       ArrivalCheck(&store, kWorldGroup, rank, std::move(world_ranks)));
   std::shared_ptr<Executor> old;
   std::map<std::string, GroupEntry> old_groups;
+  std::vector<std::shared_ptr<Executor>> destroyed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (shutdown_) {
@@ -106,6 +108,16 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
     world_ = std::move(executor);
     old_groups.swap(groups_);
     groups_ = *std::move(recreated);
+    // Destroyed here while the groups were being pooled: gone here, as the
+    // destroy said; the client's destroy reaches the other ranks on its own.
+    for (const std::string& name : destroyed_here_) {
+      auto it = groups_.find(name);
+      if (it == groups_.end()) continue;
+      if (it->second.executor) destroyed.push_back(it->second.executor);
+      groups_.erase(it);
+    }
+    destroyed_here_.clear();
+    dropped_at_reform_ = std::move(dropped);
     kv_ = &store;
     rank_ = rank;
     world_size_ = world_size;
@@ -120,11 +132,13 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
   // caller (the worker's membership loop), so it happens on the side.
   std::lock_guard<std::mutex> lock(mutex_);
   ReapLocked([old = std::move(old), old_groups = std::move(old_groups),
-              replaced]() mutable {
+              destroyed = std::move(destroyed), replaced]() mutable {
     // Subgroups first: their communicators may be children of the world's.
     for (auto& [name, group] : old_groups) {
       if (group.executor) group.executor->Stop(replaced);
     }
+    for (auto& executor : destroyed) executor->Stop(replaced);
+    destroyed.clear();
     if (old) old->Stop(replaced);
     old_groups.clear();
     old.reset();
@@ -155,6 +169,9 @@ absl::Status WorkerCoreImpl::DestroyGroup(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = groups_.find(name);
   if (it == groups_.end()) {
+    // Another rank's destroy reached it first and the re-form in between
+    // dropped it everywhere (RecreateGroups): this destroy's work is done.
+    if (dropped_at_reform_.erase(name) > 0) return absl::OkStatus();
     return absl::NotFoundError(
         absl::StrCat("no group named '", name, "' on this worker"));
   }
@@ -166,6 +183,7 @@ absl::Status WorkerCoreImpl::DestroyGroup(const std::string& name) {
   }
   std::shared_ptr<Executor> executor = std::move(it->second.executor);
   groups_.erase(it);
+  destroyed_here_.insert(name);
   // An op of the group already inside the backend ends only at its
   // completion or timeout: its executor stops on the side, as at a re-form.
   if (executor) {
@@ -210,6 +228,9 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
           config_.max_groups));
     }
     if (valid.ok()) {
+      // Made again: no longer one this rank destroyed.
+      destroyed_here_.erase(name);
+      dropped_at_reform_.erase(name);
       GroupEntry& entry = groups_[name];
       entry.ranks = ranks;
       auto it = std::find(ranks.begin(), ranks.end(), rank_);
@@ -385,14 +406,20 @@ void WorkerCoreImpl::GenerationTimedOut(
 
 absl::StatusOr<std::map<std::string, WorkerCoreImpl::GroupEntry>>
 WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
-                               KvStore& kv) {
+                               KvStore& kv, std::set<std::string>* dropped) {
+  // "name=r0,r1,...;" for each group held, "!name;" for each destroyed.
   std::string mine;
+  std::set<std::string> held;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (world_size_ == world_size) {
       for (const auto& [name, entry] : groups_) {
         if (entry.creating) continue;
+        held.insert(name);
         absl::StrAppend(&mine, name, "=", absl::StrJoin(entry.ranks, ","), ";");
+      }
+      for (const std::string& name : destroyed_here_) {
+        absl::StrAppend(&mine, "!", name, ";");
       }
     }
   }
@@ -414,10 +441,15 @@ WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
   // Every rank builds the same map: definitions by name, the lowest
   // rank's where two differ.
   std::map<std::string, std::vector<int>> definitions;
+  std::set<std::string> destroyed;
   for (size_t r = 0; r < n; ++r) {
     const std::string text = all.substr(r * longest, lengths[r]);
     for (absl::string_view item :
          absl::StrSplit(text, ';', absl::SkipEmpty())) {
+      if (absl::ConsumePrefix(&item, "!")) {
+        destroyed.emplace(item);
+        continue;
+      }
       std::pair<std::string, std::string> parts =
           absl::StrSplit(item, absl::MaxSplits('=', 1));
       std::vector<int> ranks;
@@ -429,6 +461,11 @@ WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
         ranks.push_back(world_rank);
       }
       if (valid) definitions.emplace(parts.first, std::move(ranks));
+    }
+  }
+  for (const std::string& name : destroyed) {
+    if (definitions.erase(name) > 0 && held.count(name) > 0) {
+      dropped->insert(name);
     }
   }
   for (const auto& [name, ranks] : definitions) {

@@ -642,5 +642,86 @@ TEST(Agreement, LoneRecvTimesOutAndSaysWhatIsMissing) {
   EXPECT_EQ(ReadAll(w[1], "t").size(), 3u);
 }
 
+namespace groups_test {
+
+std::vector<std::string> GroupNames(WorkerCore& core) {
+  std::vector<std::string> names;
+  for (const auto& group : core.Groups()) names.push_back(group.name);
+  return names;
+}
+
+bool Holds(WorkerCore& core, const std::string& name) {
+  const std::vector<std::string> names = GroupNames(core);
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Creates `name` over every rank at world seq `seq`.
+void CreateEverywhere(World& w, const std::string& name, int64_t seq,
+                      int64_t generation) {
+  std::vector<int> ranks(static_cast<size_t>(w.size()));
+  for (int r = 0; r < w.size(); ++r) ranks[static_cast<size_t>(r)] = r;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int r = 0; r < w.size(); ++r) {
+    auto work = w[r].CreateGroup(name, ranks, seq, generation, kWait);
+    ASSERT_TRUE(work.ok()) << "rank " << r << ": " << work.status();
+    works.push_back(*work);
+  }
+  for (auto& work : works) {
+    ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
+  }
+}
+
+}  // namespace groups_test
+
+// A client's destroy that reached only some ranks when the world re-formed
+// (the others were still to get it) stays done: the re-form makes the group
+// again on no rank, rather than bringing it back on the rank whose destroy
+// had answered OK, and the destroy's late arrival at the others still
+// answers OK. A group nobody destroyed comes back everywhere.
+TEST(Groups, ADestroyThatReachedSomeRanksHoldsAcrossAReform) {
+  CCL_REQUIRE_RANKS(2);
+  World w(2);
+  ASSERT_NO_FATAL_FAILURE(groups_test::CreateEverywhere(w, "kept", 0, 1));
+  ASSERT_NO_FATAL_FAILURE(groups_test::CreateEverywhere(w, "half", 1, 1));
+  ASSERT_TRUE(w[0].DestroyGroup("half").ok());
+  ASSERT_TRUE(groups_test::Holds(w[1], "half"));
+
+  for (const absl::Status& status : w.Reform(2)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(groups_test::Holds(w[r], "kept")) << "rank " << r;
+    EXPECT_FALSE(groups_test::Holds(w[r], "half")) << "rank " << r;
+  }
+  // The rest of the client's destroy arrives: done already, so OK; a
+  // destroy again on the rank that did it is refused as before.
+  EXPECT_TRUE(w[1].DestroyGroup("half").ok());
+  EXPECT_EQ(w[1].DestroyGroup("half").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(w[0].DestroyGroup("half").code(), absl::StatusCode::kNotFound);
+
+  // The name is free again, and the group made anew runs ops.
+  ASSERT_NO_FATAL_FAILURE(groups_test::CreateEverywhere(w, "half", 0, 2));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        Alloc(w[r], "h", DType::kFloat32, 3, {FillKind::kRankPlusOne}).ok());
+  }
+  OpSpec sum = Op(OpKind::kAllReduce, 0, "h");
+  sum.group = "half";
+  for (const absl::Status& status : RunPerRank(w, {sum, sum})) {
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ReadAll(w[r], "h"), (std::vector<double>{3, 3, 3}));
+  }
+  // Nothing destroyed since: the next re-form keeps both.
+  for (const absl::Status& status : w.Reform(3)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(groups_test::Holds(w[r], "kept")) << "rank " << r;
+    EXPECT_TRUE(groups_test::Holds(w[r], "half")) << "rank " << r;
+  }
+}
+
 }  // namespace
 }  // namespace ccl::conformance

@@ -63,17 +63,24 @@ World::World(int size, WorkerConfig config, int64_t generation) : size_(size) {
     if (!core.ok()) return;
     cores_.push_back(*std::move(core));
   }
-  std::vector<absl::Status> statuses(size);
+  const std::vector<absl::Status> statuses = Reform(generation);
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+  }
+}
+
+std::vector<absl::Status> World::Reform(int64_t generation) {
+  std::vector<absl::Status> statuses(cores_.size());
   std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
+  for (size_t r = 0; r < cores_.size(); ++r) {
     threads.emplace_back([&, r] {
-      statuses[r] = cores_[r]->FormWorld(r, size, generation, kv_);
+      statuses[r] =
+          cores_[r]->FormWorld(static_cast<int>(r), size_, generation, kv_);
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r) {
-    EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
-  }
+  seq_ = 0;
+  return statuses;
 }
 
 bool Close(DType dtype, double got, double want) {

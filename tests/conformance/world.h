@@ -52,6 +52,9 @@ class World {
   int size() const { return size_; }
   WorkerCore& operator[](int r) { return *cores_[r]; }
   int64_t NextSeq() { return seq_++; }
+  // Every rank forms `generation` at once, as after a coordinator's
+  // re-form; each rank's result. World seqs start again at 0.
+  std::vector<absl::Status> Reform(int64_t generation);
 
  private:
   int size_;
