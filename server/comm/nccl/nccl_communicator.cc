@@ -348,6 +348,24 @@ absl::StatusOr<cudaEvent_t> NcclCommunicator::TakeEvent() {
   return event;
 }
 
+void NcclCommunicator::ReturnEvents(cudaEvent_t start, cudaEvent_t stop,
+                                    bool completed) {
+  if (!completed) {
+    ReturnEvent(start);
+    ReturnEvent(stop);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(events_mutex_);
+  free_events_.push_back(start);
+  free_events_.push_back(stop);
+}
+
+std::string NcclWorkLabel::Text() const {
+  if (!op_) return text_;
+  return absl::StrCat("nccl ", std::string(OpKindName(kind_)), " seq ", seq_,
+                      " at rank ", rank_, "/", size_);
+}
+
 void NcclCommunicator::ReturnEvent(cudaEvent_t event) {
   // A handle may outlive an op that never completed (an abort): its events
   // may still be pending on a dead stream, so they are destroyed instead of

@@ -47,6 +47,25 @@
 
 namespace ccl {
 
+// What a launch is called in its errors. A single op's name is worded only
+// when an error reports it: Launch runs once per op of a plan, and a name
+// formatted per op was an allocation per op.
+class NcclWorkLabel {
+ public:
+  explicit NcclWorkLabel(std::string text) : text_(std::move(text)) {}
+  NcclWorkLabel(OpKind kind, int64_t seq, int rank, int size)
+      : op_(true), kind_(kind), seq_(seq), rank_(rank), size_(size) {}
+  std::string Text() const;
+
+ private:
+  std::string text_;
+  bool op_ = false;
+  OpKind kind_ = OpKind::kNop;
+  int64_t seq_ = 0;
+  int rank_ = 0;
+  int size_ = 0;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   using Clock = std::chrono::steady_clock;
@@ -99,6 +118,11 @@ class NcclCommunicator final : public Communicator {
   // a small op's enqueue.
   absl::StatusOr<cudaEvent_t> TakeEvent();
   void ReturnEvent(cudaEvent_t event);
+  // An op's pair back at once. `completed`: its stop event was seen
+  // complete, so both are (the start was recorded before it on the same
+  // stream) and need no query each, which cost more than the op's enqueue
+  // in a plan of small ops.
+  void ReturnEvents(cudaEvent_t start, cudaEvent_t stop, bool completed);
 
  private:
   // One NCCL communicator and its stream.
@@ -145,7 +169,7 @@ class NcclCommunicator final : public Communicator {
                           void* out, size_t bytes, Clock::time_point deadline);
   absl::StatusOr<void*> Scratch(size_t bytes);
   absl::StatusOr<std::unique_ptr<CommWork>> Handle(
-      const std::string& what, const std::function<absl::Status()>& enqueue);
+      NcclWorkLabel what, const std::function<absl::Status()>& enqueue);
   void Poison(absl::Status why);
   // Waits (polling) up to `limit` for the data stream's work to finish.
   void DrainStream(std::chrono::milliseconds limit);

@@ -26,11 +26,11 @@ using nccl::IsError;
 class NcclWork final : public CommWork {
  public:
   NcclWork(NcclCommunicator* comm, cudaEvent_t start, cudaEvent_t stop,
-           std::string what)
+           NcclWorkLabel what)
       : comm_(comm), start_(start), stop_(stop), what_(std::move(what)) {}
   ~NcclWork() override {
-    comm_->ReturnEvent(start_);
-    comm_->ReturnEvent(stop_);
+    // Done and OK only once the stop event was seen complete (IsCompleted).
+    comm_->ReturnEvents(start_, stop_, done_ && status_.ok());
   }
 
   bool IsCompleted() override {
@@ -48,7 +48,7 @@ class NcclWork final : public CommWork {
     }
     if (absl::Status async = comm_->AsyncError(); !async.ok()) {
       const absl::Status why(async.code(),
-                             absl::StrCat(what_, ": ", async.message()));
+                             absl::StrCat(what_.Text(), ": ", async.message()));
       comm_->AbortComm(why);
       Finish(why);
       return true;
@@ -61,9 +61,9 @@ class NcclWork final : public CommWork {
     Backoff backoff;
     while (!IsCompleted()) {
       if (Clock::now() >= deadline) {
-        const absl::Status why = absl::DeadlineExceededError(
-            absl::StrCat(what_, " did not complete within ", timeout.count(),
-                         " ms; the NCCL communicator was aborted"));
+        const absl::Status why = absl::DeadlineExceededError(absl::StrCat(
+            what_.Text(), " did not complete within ", timeout.count(),
+            " ms; the NCCL communicator was aborted"));
         comm_->AbortComm(why);
         Finish(why);
         return why;
@@ -76,7 +76,7 @@ class NcclWork final : public CommWork {
   void Abort() override {
     if (done_) return;
     const absl::Status why =
-        absl::AbortedError(absl::StrCat(what_, " was aborted"));
+        absl::AbortedError(absl::StrCat(what_.Text(), " was aborted"));
     comm_->AbortComm(why);
     Finish(why);
   }
@@ -98,7 +98,7 @@ class NcclWork final : public CommWork {
   NcclCommunicator* const comm_;
   cudaEvent_t start_;
   cudaEvent_t stop_;
-  const std::string what_;
+  const NcclWorkLabel what_;
   bool done_ = false;
   absl::Status status_;
 };
@@ -399,7 +399,7 @@ absl::Status NcclCommunicator::ReachPeer(int peer, Clock::time_point deadline) {
 }
 
 absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
-    const std::string& what, const std::function<absl::Status()>& enqueue) {
+    NcclWorkLabel what, const std::function<absl::Status()>& enqueue) {
   auto start = TakeEvent();
   if (!start.ok()) return start.status();
   auto stop = TakeEvent();
@@ -432,7 +432,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
     ReturnEvent(*start);
     ReturnEvent(*stop);
     const absl::Status why(status.code(),
-                           absl::StrCat(what, ": ", status.message()));
+                           absl::StrCat(what.Text(), ": ", status.message()));
     // Part of the op may be enqueued and peers may be inside it.
     if (status.code() != absl::StatusCode::kInvalidArgument &&
         status.code() != absl::StatusCode::kUnimplemented &&
@@ -441,7 +441,8 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
     }
     return why;
   }
-  return std::unique_ptr<CommWork>(new NcclWork(this, *start, *stop, what));
+  return std::unique_ptr<CommWork>(
+      new NcclWork(this, *start, *stop, std::move(what)));
 }
 
 absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
@@ -453,15 +454,14 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
   }
   auto dtype = nccl::ToNcclDataType(op.dtype);
   if (!dtype.ok()) return dtype.status();
-  const std::string what =
-      absl::StrCat("nccl ", std::string(OpKindName(op.kind)), " seq ", op.seq,
-                   " at rank ", rank_, "/", size_);
+  const NcclWorkLabel what(op.kind, op.seq, rank_, size_);
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && op.count > 0) {
     const Clock::time_point deadline =
         Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
     if (absl::Status s = ReachPeer(op.peer, deadline); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat(what.Text(), ": ", s.message()));
     }
   }
   return Handle(what, [&] { return Enqueue(op, *dtype); });
@@ -495,9 +495,9 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::LaunchBatch(
       if (absl::Status s = ReachPeer(op.peer, deadline); !s.ok()) return s;
     }
   }
-  const std::string what =
-      absl::StrCat("nccl batch of ", ops.size(), " ops from seq ",
-                   ops.front().seq, " at rank ", rank_, "/", size_);
+  const NcclWorkLabel what(absl::StrCat("nccl batch of ", ops.size(),
+                                        " ops from seq ", ops.front().seq,
+                                        " at rank ", rank_, "/", size_));
   auto enqueue_all = [&]() -> absl::Status {
     if (options.aggregate) {
       if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) {
@@ -547,9 +547,9 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::LaunchBatch(
     }
   }
   if (!captured.ok()) {
-    return absl::Status(
-        captured.code(),
-        absl::StrCat(what, ": capturing a CUDA graph: ", captured.message()));
+    return absl::Status(captured.code(),
+                        absl::StrCat(what.Text(), ": capturing a CUDA graph: ",
+                                     captured.message()));
   }
   cudaGraphExec_t exec = graph->exec;
   auto launched = Handle(what, [&]() -> absl::Status {
