@@ -17,6 +17,10 @@ class PlanWork::Completion final : public CommWork {
         launch_error_(std::move(launch_error)) {}
 
   bool IsCompleted() override {
+    // The last op first: while it runs the plan does, and once it is done
+    // a backend that runs a group's ops in order (NCCL's stream) knows the
+    // others are without asking each.
+    if (!parts_.empty() && !parts_.back()->IsCompleted()) return false;
     return std::all_of(parts_.begin(), parts_.end(),
                        [](auto& part) { return part->IsCompleted(); });
   }

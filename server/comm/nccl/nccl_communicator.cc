@@ -360,6 +360,13 @@ void NcclCommunicator::ReturnEvents(cudaEvent_t start, cudaEvent_t stop,
   free_events_.push_back(stop);
 }
 
+void NcclCommunicator::SawCompleted(int64_t launch) {
+  int64_t seen = completed_through_.load();
+  while (seen < launch &&
+         !completed_through_.compare_exchange_weak(seen, launch)) {
+  }
+}
+
 std::string NcclWorkLabel::Text() const {
   if (!op_) return text_;
   return absl::StrCat("nccl ", std::string(OpKindName(kind_)), " seq ", seq_,

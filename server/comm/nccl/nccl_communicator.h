@@ -123,6 +123,13 @@ class NcclCommunicator final : public Communicator {
   // stream) and need no query each, which cost more than the op's enqueue
   // in a plan of small ops.
   void ReturnEvents(cudaEvent_t start, cudaEvent_t stop, bool completed);
+  // Launches on the data lane's stream are numbered in stream order (from
+  // 1, under comm_mutex_), and the highest one whose stop event was seen
+  // complete is kept: every launch at or below it is complete too, without
+  // a query of its own (a query costs about what a small op's enqueue does,
+  // and a plan's thousands of ops would each pay one).
+  int64_t CompletedThrough() const { return completed_through_.load(); }
+  void SawCompleted(int64_t launch);
 
  private:
   // One NCCL communicator and its stream.
@@ -208,6 +215,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status broken_;
   std::mutex events_mutex_;
   std::vector<cudaEvent_t> free_events_;
+  int64_t launches_ = 0;  // guarded by comm_mutex_
+  std::atomic<int64_t> completed_through_{0};
 };
 
 }  // namespace ccl

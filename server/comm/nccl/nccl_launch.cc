@@ -25,9 +25,14 @@ using nccl::IsError;
 
 class NcclWork final : public CommWork {
  public:
+  // `launch`: its number on the data stream (CompletedThrough).
   NcclWork(NcclCommunicator* comm, cudaEvent_t start, cudaEvent_t stop,
-           NcclWorkLabel what)
-      : comm_(comm), start_(start), stop_(stop), what_(std::move(what)) {}
+           int64_t launch, NcclWorkLabel what)
+      : comm_(comm),
+        start_(start),
+        stop_(stop),
+        launch_(launch),
+        what_(std::move(what)) {}
   ~NcclWork() override {
     // Done and OK only once the stop event was seen complete (IsCompleted).
     comm_->ReturnEvents(start_, stop_, done_ && status_.ok());
@@ -35,9 +40,14 @@ class NcclWork final : public CommWork {
 
   bool IsCompleted() override {
     if (done_) return true;
+    if (launch_ <= comm_->CompletedThrough()) {
+      Finish(absl::OkStatus());
+      return true;
+    }
     cudaSetDevice(comm_->device());
     const cudaError_t query = cudaEventQuery(stop_);
     if (query == cudaSuccess) {
+      comm_->SawCompleted(launch_);
       Finish(absl::OkStatus());
       return true;
     }
@@ -98,6 +108,7 @@ class NcclWork final : public CommWork {
   NcclCommunicator* const comm_;
   cudaEvent_t start_;
   cudaEvent_t stop_;
+  const int64_t launch_;
   const NcclWorkLabel what_;
   bool done_ = false;
   absl::Status status_;
@@ -408,6 +419,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
     return stop.status();
   }
   absl::Status status;
+  int64_t launch = 0;
   {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (aborted_) {
@@ -424,6 +436,8 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
             e != cudaSuccess) {
           status = cuda::CudaErrorStatus(e, "cudaEventRecord(stop)", __FILE__,
                                          __LINE__);
+        } else {
+          launch = ++launches_;
         }
       }
     }
@@ -442,7 +456,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
     return why;
   }
   return std::unique_ptr<CommWork>(
-      new NcclWork(this, *start, *stop, std::move(what)));
+      new NcclWork(this, *start, *stop, launch, std::move(what)));
 }
 
 absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
