@@ -4,6 +4,8 @@
 // Submit each at the same seqs, starting the moment the answer arrives: the
 // ranks that do run the plan wait in each step for this one, as they would
 // for a slow peer.
+#include <google/protobuf/arena.h>
+
 #include <memory>
 #include <utility>
 
@@ -22,12 +24,12 @@ using std::chrono::milliseconds;
 // fan_out.h for why no completion may own a context).
 class RankPlan {
  public:
-  RankPlan(v1::Worker::Stub* stub, v1::PlanRequest request,
-           milliseconds client_timeout, internal::Countdown* countdown)
-      : stub_(stub),
-        request_(std::move(request)),
-        client_timeout_(client_timeout),
-        countdown_(countdown) {}
+  RankPlan(v1::Worker::Stub* stub, milliseconds client_timeout,
+           internal::Countdown* countdown)
+      : stub_(stub), client_timeout_(client_timeout), countdown_(countdown) {}
+
+  // Filled by the caller before Start.
+  v1::PlanRequest& request() { return request_; }
 
   void Start() {
     milliseconds total(0);
@@ -113,11 +115,17 @@ class RankPlan {
   }
 
   v1::Worker::Stub* const stub_;
-  const v1::PlanRequest request_;
   const milliseconds client_timeout_;
   internal::Countdown* const countdown_;
+  // The plan and its answer: a message per op each way, allocated in one
+  // arena and freed with it rather than one by one (as the worker does,
+  // common/queue_server.h).
+  google::protobuf::Arena arena_;
+  v1::PlanRequest& request_ =
+      *google::protobuf::Arena::CreateMessage<v1::PlanRequest>(&arena_);
+  v1::PlanResponse& response_ =
+      *google::protobuf::Arena::CreateMessage<v1::PlanResponse>(&arena_);
   grpc::ClientContext context_;
-  v1::PlanResponse response_;
   absl::StatusOr<PlanResult> result_;
   // The fallback: one step in flight at a time.
   PlanResult emulated_;
@@ -161,14 +169,14 @@ RankResults<PlanResult> internal::ClientImpl::SubmitPlan(const Plan& plan) {
       countdown.Done();
       continue;
     }
-    v1::PlanRequest request;
+    calls[i] = std::make_unique<RankPlan>(*stub, options.timeout, &countdown);
+    v1::PlanRequest& request = calls[i]->request();
     request.set_group(group);
     request.set_seq(*seq);
     request.set_generation(world.generation);
     request.set_aggregate(plan.aggregate);
+    request.mutable_ops()->Reserve(static_cast<int>(steps.size()));
     for (const auto& step : steps) *request.add_ops() = step[i];
-    calls[i] = std::make_unique<RankPlan>(*stub, std::move(request),
-                                          options.timeout, &countdown);
     calls[i]->Start();
   }
   countdown.Wait();
