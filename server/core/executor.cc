@@ -253,6 +253,7 @@ void Executor::LaunchLoop() {
       Finish(std::move(task), *std::move(handle));
       lock.lock();
       --finishing_;
+      ended_cv_.notify_all();
     } else {
       in_flight_.push_back({task, *std::move(handle)});
       completion_cv_.notify_all();
@@ -312,7 +313,34 @@ void Executor::CompletionLoop() {
     Finish(std::move(item.task), std::move(item.handle));
     lock.lock();
     --finishing_;
+    ended_cv_.notify_all();
   }
+}
+
+void Executor::Drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::chrono::milliseconds longest{0};
+  for (const auto& [seq, task] : pending_) {
+    longest = std::max(longest, task->timeout());
+  }
+  for (const InFlight& item : in_flight_) {
+    longest = std::max(longest, item.task->timeout());
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + gap_timeout_ + longest;
+  // A launch whose handle failed is queued in in_flight_ for completion, so
+  // "ended" is: nothing queued, launching, in flight or finishing.
+  ended_cv_.wait_until(lock, deadline, [&] {
+    return stopping_ || drain_cancelled_ ||
+           (pending_.empty() && launching_ < 0 && in_flight_.empty() &&
+            finishing_ == 0);
+  });
+}
+
+void Executor::CancelDrain() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  drain_cancelled_ = true;
+  ended_cv_.notify_all();
 }
 
 void Executor::Stop(absl::Status reason) {
@@ -320,6 +348,7 @@ void Executor::Stop(absl::Status reason) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    ended_cv_.notify_all();
     cancelled.swap(pending_);
     launch_cv_.notify_all();
     retired_cv_.notify_all();

@@ -141,6 +141,16 @@ class Executor {
   // Not from a completion callback: it would join its own thread.
   void Stop(absl::Status reason);
 
+  // Blocks until every task queued so far has ended, bounded by the gap
+  // timeout plus the longest of their timeouts, or until CancelDrain or
+  // Stop. For a group destroyed with ops still queued: the other ranks may
+  // be running those ops, and cancelling them here (then closing the
+  // communicator under the others) would fail them there and break the
+  // group on those ranks, which asks the whole world to re-form.
+  void Drain();
+  // Ends a Drain at once (the worker shuts down).
+  void CancelDrain();
+
  private:
   struct InFlight {
     std::shared_ptr<ExecutorTask> task;
@@ -162,6 +172,9 @@ class Executor {
   std::condition_variable launch_cv_;
   std::condition_variable completion_cv_;
   std::condition_variable retired_cv_;
+  // Notified whenever a task ends (for Drain).
+  std::condition_variable ended_cv_;
+  bool drain_cancelled_ = false;
   bool stopping_ = false;
   bool stopped_ = false;
   int64_t next_seq_ = 0;

@@ -381,6 +381,11 @@ class WorkerCoreImpl final : public WorkerCore {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       reapers.swap(reapers_);
+      // Destroyed groups' queued ops are cancelled now, not waited for.
+      for (auto& weak : draining_) {
+        if (auto executor = weak.lock()) executor->CancelDrain();
+      }
+      draining_.clear();
     }
     for (auto& reaper : reapers) reaper.thread.join();
     store_.Clear();
@@ -684,6 +689,9 @@ class WorkerCoreImpl final : public WorkerCore {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Reaper> reapers_;
+  // Executors of destroyed groups letting their queued ops end
+  // (DestroyGroup), so that Shutdown can cut that short.
+  std::vector<std::weak_ptr<Executor>> draining_;
   // Runs `stop` on a reaper thread (joined by a later call or Shutdown),
   // and drops what it holds there. Under mutex_.
   void ReapLocked(std::function<void()> stop);

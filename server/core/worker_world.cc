@@ -184,12 +184,20 @@ absl::Status WorkerCoreImpl::DestroyGroup(const std::string& name) {
   std::shared_ptr<Executor> executor = std::move(it->second.executor);
   groups_.erase(it);
   destroyed_here_.insert(name);
-  // An op of the group already inside the backend ends only at its
-  // completion or timeout: its executor stops on the side, as at a re-form.
+  // The group's ops already queued here still run (Executor::Drain says
+  // why), then its executor stops; all on the side, as at a re-form, since
+  // an op inside the backend ends only at its completion or timeout. New
+  // ops cannot reach it: the name is gone.
   if (executor) {
+    std::erase_if(draining_,
+                  [](const std::weak_ptr<Executor>& e) { return e.expired(); });
+    draining_.push_back(executor);
     ReapLocked([executor = std::move(executor), name]() mutable {
-      executor->Stop(absl::AbortedError(
-          absl::StrCat("group '", name, "' was destroyed before the op ran")));
+      executor->Drain();
+      executor->Stop(absl::AbortedError(absl::StrCat(
+          "group '", name,
+          "' was destroyed, and this op was still queued once the ones "
+          "before it ended")));
       executor.reset();
     });
   }

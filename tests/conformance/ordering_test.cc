@@ -723,5 +723,41 @@ TEST(Groups, ADestroyThatReachedSomeRanksHoldsAcrossAReform) {
   }
 }
 
+// A group destroyed on one rank while its ops are still queued there: the
+// ops run (the other rank runs them too) before the group goes, instead of
+// being cancelled here and leaving the other rank's ops without a peer,
+// which would break the group there and ask the world to re-form.
+TEST(Groups, OpsQueuedWhenTheGroupIsDestroyedStillRun) {
+  CCL_REQUIRE_RANKS(2);
+  World w(2);
+  ASSERT_NO_FATAL_FAILURE(groups_test::CreateEverywhere(w, "pair", 0, 1));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        Alloc(w[r], "q", DType::kFloat32, 3, {FillKind::kRankPlusOne}).ok());
+  }
+  auto on_pair = [](int64_t seq) {
+    OpSpec sum = Op(OpKind::kAllReduce, seq, "q");
+    sum.group = "pair";
+    return sum;
+  };
+  // Rank 0 queues both ops, then its client destroys the group; rank 1's
+  // requests arrive after that.
+  std::vector<std::shared_ptr<Work>> works;
+  for (int64_t seq : {0, 1}) works.push_back(SubmitOk(w[0], on_pair(seq)));
+  ASSERT_TRUE(w[0].DestroyGroup("pair").ok());
+  EXPECT_FALSE(groups_test::Holds(w[0], "pair"));
+  for (int64_t seq : {0, 1}) works.push_back(SubmitOk(w[1], on_pair(seq)));
+  for (auto& work : works) {
+    ASSERT_NE(work, nullptr);
+    EXPECT_TRUE(work->Wait(kWait).ok()) << work->status();
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ReadAll(w[r], "q"), (std::vector<double>{6, 6, 6})) << r;
+  }
+  // Nothing broke on rank 1, so it has no reason to ask for a re-form.
+  EXPECT_TRUE(w[1].CommunicatorHealth().ok()) << w[1].CommunicatorHealth();
+  EXPECT_TRUE(w[1].DestroyGroup("pair").ok());
+}
+
 }  // namespace
 }  // namespace ccl::conformance
