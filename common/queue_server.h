@@ -325,10 +325,10 @@ class UnaryCall final : public QueueCall, public UnaryAnswer {
   // call: a plan of thousands of ops parses into thousands of messages and
   // answers with as many, and allocating and freeing each on its own was
   // much of the malloc and free that made up a quarter of the worker's
-  // profile per planned op. A small call fits the block
-  // inside the call object and allocates nothing more; a large one grows in
-  // blocks kept below glibc's mmap threshold (heap_policy.h), so they come
-  // from the heap rather than fresh mappings.
+  // profile per planned op. A small call fits the block inside the call
+  // object and allocates nothing more; a large one grows in blocks kept
+  // below glibc's mmap threshold (heap_policy.h), so they come from the
+  // heap rather than fresh mappings.
   static google::protobuf::ArenaOptions CallArenaOptions(char* block,
                                                          size_t size) {
     google::protobuf::ArenaOptions options;

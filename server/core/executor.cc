@@ -143,6 +143,10 @@ std::string Executor::state() const {
 
 bool Executor::settling() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return OpsUnderWayLocked();
+}
+
+bool Executor::OpsUnderWayLocked() const {
   return launching_ >= 0 || !in_flight_.empty() || finishing_ > 0;
 }
 
@@ -328,12 +332,9 @@ void Executor::Drain() {
   }
   const auto deadline =
       std::chrono::steady_clock::now() + gap_timeout_ + longest;
-  // A launch whose handle failed is queued in in_flight_ for completion, so
-  // "ended" is: nothing queued, launching, in flight or finishing.
   ended_cv_.wait_until(lock, deadline, [&] {
     return stopping_ || drain_cancelled_ ||
-           (pending_.empty() && launching_ < 0 && in_flight_.empty() &&
-            finishing_ == 0);
+           (pending_.empty() && !OpsUnderWayLocked());
   });
 }
 

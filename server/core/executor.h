@@ -159,6 +159,9 @@ class Executor {
 
   void LaunchLoop();
   void CompletionLoop();
+  // An op is being launched, in flight or being finished (a launch whose
+  // handle failed is in flight too, for its completion). Under mutex_.
+  bool OpsUnderWayLocked() const;
   void Finish(std::shared_ptr<ExecutorTask> task,
               std::unique_ptr<CommWork> handle);
 

@@ -194,10 +194,10 @@ absl::Status WorkerCoreImpl::DestroyGroup(const std::string& name) {
     draining_.push_back(executor);
     ReapLocked([executor = std::move(executor), name]() mutable {
       executor->Drain();
-      executor->Stop(absl::AbortedError(absl::StrCat(
-          "group '", name,
-          "' was destroyed, and this op was still queued once the ones "
-          "before it ended")));
+      // What is still queued now: the drain's bound passed (a seq that
+      // never came, an op that hung) or the worker is shutting down.
+      executor->Stop(absl::AbortedError(
+          absl::StrCat("group '", name, "' was destroyed before the op ran")));
       executor.reset();
     });
   }

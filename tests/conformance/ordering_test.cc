@@ -644,15 +644,10 @@ TEST(Agreement, LoneRecvTimesOutAndSaysWhatIsMissing) {
 
 namespace groups_test {
 
-std::vector<std::string> GroupNames(WorkerCore& core) {
-  std::vector<std::string> names;
-  for (const auto& group : core.Groups()) names.push_back(group.name);
-  return names;
-}
-
 bool Holds(WorkerCore& core, const std::string& name) {
-  const std::vector<std::string> names = GroupNames(core);
-  return std::find(names.begin(), names.end(), name) != names.end();
+  const auto groups = core.Groups();
+  return std::any_of(groups.begin(), groups.end(),
+                     [&](const auto& group) { return group.name == name; });
 }
 
 // Creates `name` over every rank at world seq `seq`.
