@@ -48,6 +48,52 @@ namespace worker_core_internal {
 constexpr size_t kMaxRememberedWorks = 1 << 16;
 // Flight recorder entries kept per group.
 constexpr size_t kFlightRecords = 256;
+// Destroys remembered for the next re-form when --max-groups is unlimited.
+constexpr size_t kDefaultRememberedDestroys = 4096;
+
+// The names of groups destroyed on this rank since its groups were last
+// pooled at a re-form (RecreateGroups), the newest `limit` of them. A name
+// matters only while another rank still holds that group (a client's
+// destroy that reached some ranks and not yet the others); without a re-form
+// a world that makes and destroys groups all day would otherwise keep every
+// name it ever destroyed. Forgetting the oldest costs at most this: such a
+// half-destroyed group, if a re-form comes after `limit` newer destroys here,
+// is made again everywhere, a live group the client can destroy again.
+class DestroyedNames {
+ public:
+  explicit DestroyedNames(size_t limit) : limit_(limit) {}
+
+  void Add(const std::string& name) {
+    Remove(name);
+    order_of_[name] = next_;
+    by_order_[next_++] = name;
+    while (by_order_.size() > limit_) {
+      order_of_.erase(by_order_.begin()->second);
+      by_order_.erase(by_order_.begin());
+    }
+  }
+  void Remove(const std::string& name) {
+    auto it = order_of_.find(name);
+    if (it == order_of_.end()) return;
+    by_order_.erase(it->second);
+    order_of_.erase(it);
+  }
+  void Clear() {
+    order_of_.clear();
+    by_order_.clear();
+  }
+  // Oldest first.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const auto& [order, name] : by_order_) fn(name);
+  }
+
+ private:
+  size_t limit_;
+  uint64_t next_ = 0;
+  std::map<std::string, uint64_t> order_of_;
+  std::map<uint64_t, std::string> by_order_;
+};
 
 class WorkerCoreImpl final : public WorkerCore {
  private:
@@ -64,7 +110,10 @@ class WorkerCoreImpl final : public WorkerCore {
       : config_(std::move(config)),
         store_(config_.device, config_.tensor_quota_bytes, std::move(memory),
                config_.max_tensors),
-        flight_(kFlightRecords) {}
+        flight_(kFlightRecords),
+        destroyed_here_(config_.max_groups > 0
+                            ? static_cast<size_t>(config_.max_groups)
+                            : kDefaultRememberedDestroys) {}
   ~WorkerCoreImpl() override { Shutdown(); }
 
   absl::Status FormWorld(int rank, int world_size, int64_t generation,
@@ -681,7 +730,7 @@ class WorkerCoreImpl final : public WorkerCore {
   // Groups destroyed on this rank since its groups were last pooled at a
   // re-form (RecreateGroups), and those the last pooling dropped because
   // another rank had destroyed them.
-  std::set<std::string> destroyed_here_;
+  DestroyedNames destroyed_here_;
   std::set<std::string> dropped_at_reform_;
   // Stop the executors of replaced generations (see FormWorld).
   struct Reaper {

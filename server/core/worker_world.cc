@@ -110,13 +110,13 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
     groups_ = *std::move(recreated);
     // Destroyed here while the groups were being pooled: gone here, as the
     // destroy said; the client's destroy reaches the other ranks on its own.
-    for (const std::string& name : destroyed_here_) {
+    destroyed_here_.ForEach([&](const std::string& name) {
       auto it = groups_.find(name);
-      if (it == groups_.end()) continue;
+      if (it == groups_.end()) return;
       if (it->second.executor) destroyed.push_back(it->second.executor);
       groups_.erase(it);
-    }
-    destroyed_here_.clear();
+    });
+    destroyed_here_.Clear();
     dropped_at_reform_ = std::move(dropped);
     kv_ = &store;
     rank_ = rank;
@@ -183,7 +183,7 @@ absl::Status WorkerCoreImpl::DestroyGroup(const std::string& name) {
   }
   std::shared_ptr<Executor> executor = std::move(it->second.executor);
   groups_.erase(it);
-  destroyed_here_.insert(name);
+  destroyed_here_.Add(name);
   // The group's ops already queued here still run (Executor::Drain says
   // why), then its executor stops; all on the side, as at a re-form, since
   // an op inside the backend ends only at its completion or timeout. New
@@ -237,7 +237,7 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
     }
     if (valid.ok()) {
       // Made again: no longer one this rank destroyed.
-      destroyed_here_.erase(name);
+      destroyed_here_.Remove(name);
       dropped_at_reform_.erase(name);
       GroupEntry& entry = groups_[name];
       entry.ranks = ranks;
@@ -426,9 +426,9 @@ WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
         held.insert(name);
         absl::StrAppend(&mine, name, "=", absl::StrJoin(entry.ranks, ","), ";");
       }
-      for (const std::string& name : destroyed_here_) {
+      destroyed_here_.ForEach([&](const std::string& name) {
         absl::StrAppend(&mine, "!", name, ";");
-      }
+      });
     }
   }
   const auto deadline =

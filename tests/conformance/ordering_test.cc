@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/element.h"
 #include "gtest/gtest.h"
 #include "tests/conformance/world.h"
@@ -716,6 +717,38 @@ TEST(Groups, ADestroyThatReachedSomeRanksHoldsAcrossAReform) {
     EXPECT_TRUE(groups_test::Holds(w[r], "kept")) << "rank " << r;
     EXPECT_TRUE(groups_test::Holds(w[r], "half")) << "rank " << r;
   }
+}
+
+// The names destroyed on a rank are remembered for the next re-form only up
+// to the worker's --max-groups (DestroyedNames says why): with more destroys
+// than that since the last re-form, the oldest half-destroyed group is made
+// again everywhere, a live group the client can destroy again, instead of
+// the rank keeping every name a long run ever destroyed.
+TEST(Groups, OnlyTheNewestDestroysAreRememberedForAReform) {
+  CCL_REQUIRE_RANKS(2);
+  WorkerConfig config = DefaultConfig();
+  config.max_groups = 4;  // the world, "half" and one more on rank 1
+  World w(2, config);
+  int64_t seq = 0;
+  ASSERT_NO_FATAL_FAILURE(groups_test::CreateEverywhere(w, "half", seq++, 1));
+  ASSERT_TRUE(w[0].DestroyGroup("half").ok());
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = absl::StrCat("churn", i);
+    ASSERT_NO_FATAL_FAILURE(groups_test::CreateEverywhere(w, name, seq++, 1));
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(w[r].DestroyGroup(name).ok());
+  }
+
+  for (const absl::Status& status : w.Reform(2)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(groups_test::Holds(w[r], "half")) << "rank " << r;
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_FALSE(groups_test::Holds(w[r], absl::StrCat("churn", i)))
+          << "rank " << r;
+    }
+  }
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(w[r].DestroyGroup("half").ok());
 }
 
 // A group destroyed on one rank while its ops are still queued there: the
