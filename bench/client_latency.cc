@@ -8,10 +8,14 @@
 // stubs to the workers themselves and to servers that do nothing (this
 // binary, one process per rank, as the workers are) on each of gRPC's server
 // APIs, so the service's RPC cost reads as a ratio to what gRPC itself costs
-// on the machine, and the server API's share of it shows.
+// on the machine, and the server API's share of it shows; and one message
+// each way on a long-lived stream per rank, what a unary call's setup costs
+// beside it.
 //
 //   ./build/bench/client_latency --coordinator HOST:PORT [--iters 2000]
 //       [--bytes 8] [--plan 1000] [--plan-rounds 5]
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -142,16 +146,62 @@ absl::StatusOr<ServerKind> ParseServerKind(const std::string& text) {
     kind.worker_extras = true;
     api = text.substr(0, plus);
   }
-  if (api != "callback" && api != "sync" && api != "queue") {
+  if (api != "callback" && api != "sync" && api != "queue" && api != "stream") {
     return absl::InvalidArgumentError("unknown server kind " + text);
   }
   kind.api = api;
   return kind;
 }
 
+// The "stream" kind: one long-lived bidirectional stream per client on the
+// completion-queue API that echoes each message back, so a round trip pays
+// for two messages and none of a unary call's setup (call object, metadata,
+// deadline timer). It measures what an op per message on a stream would
+// stand on, beside a unary call's floor.
+constexpr char kEchoMethod[] = "/ccl.bench.Echo/Stream";
+
+int ServeStreamEcho() {
+  grpc::AsyncGenericService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterAsyncGenericService(&service);
+  std::unique_ptr<grpc::ServerCompletionQueue> queue =
+      builder.AddCompletionQueue();
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) return 1;
+  std::printf("%d\n", port);
+  std::fflush(stdout);
+  // One stream at a time is all the bench opens per server; tags say which
+  // step completed: the stream's arrival, a read, or a write.
+  enum Step : intptr_t { kArrived = 1, kRead, kWritten };
+  grpc::GenericServerContext context;
+  grpc::GenericServerAsyncReaderWriter stream(&context);
+  grpc::ByteBuffer message;
+  service.RequestCall(&context, &stream, queue.get(), queue.get(),
+                      reinterpret_cast<void*>(kArrived));
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue->Next(&tag, &ok)) {
+    if (!ok) break;  // the client went: this server's job is done
+    switch (static_cast<Step>(reinterpret_cast<intptr_t>(tag))) {
+      case kArrived:
+      case kWritten:
+        stream.Read(&message, reinterpret_cast<void*>(kRead));
+        break;
+      case kRead:
+        stream.Write(message, reinterpret_cast<void*>(kWritten));
+        break;
+    }
+  }
+  return 0;
+}
+
 // --noop-server KIND: serves a no-op worker of that kind on an ephemeral
 // loopback port, prints the port, and runs until killed.
 int ServeNoop(const ServerKind& kind) {
+  if (kind.api == "stream") return ServeStreamEcho();
   CallbackNoop callback;
   SyncNoop sync;
   QueueNoop queue_service;
@@ -300,6 +350,65 @@ std::vector<double> BareFanOut(const std::vector<std::string>& addresses,
   return us;
 }
 
+// One message to each "stream" server and its echo back, on one stream per
+// server opened once (the completion-queue client API, driven by this
+// thread); microseconds per round, `iters` rounds after a warm-up.
+std::vector<double> StreamFanOut(const std::vector<std::string>& addresses,
+                                 int iters) {
+  struct Peer {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<grpc::GenericStub> stub;
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
+    grpc::ByteBuffer echo;
+  };
+  grpc::CompletionQueue queue;
+  std::vector<std::unique_ptr<Peer>> peers;
+  auto await = [&](size_t completions) {
+    void* tag = nullptr;
+    bool ok = false;
+    for (size_t i = 0; i < completions; ++i) {
+      if (!queue.Next(&tag, &ok) || !ok) return false;
+    }
+    return true;
+  };
+  for (const std::string& address : addresses) {
+    auto peer = std::make_unique<Peer>();
+    peer->channel =
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    peer->stub = std::make_unique<grpc::GenericStub>(peer->channel);
+    peer->stream = peer->stub->PrepareCall(&peer->context, kEchoMethod, &queue);
+    peer->stream->StartCall(peer.get());
+    peers.push_back(std::move(peer));
+  }
+  std::vector<double> us;
+  if (!await(peers.size())) return us;
+  const char payload[8] = {};
+  grpc::Slice slice(payload, sizeof(payload));
+  const grpc::ByteBuffer message(&slice, 1);
+  for (int i = -iters / 10 - 1; i < iters; ++i) {
+    const auto start = Clock::now();
+    for (auto& peer : peers) {
+      peer->stream->Write(message, peer.get());
+      peer->stream->Read(&peer->echo, peer.get());
+    }
+    if (!await(2 * peers.size())) return {};
+    if (i >= 0) us.push_back(Since(start));
+  }
+  for (auto& peer : peers) peer->context.TryCancel();
+  for (auto& peer : peers) {
+    grpc::Status status;
+    peer->stream->Finish(&status, peer.get());
+  }
+  await(peers.size());
+  queue.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue.Next(&tag, &ok)) {
+  }
+  return us;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -414,6 +523,13 @@ int main(int argc, char** argv) {
       floor_us[k] = BareFanOut(servers.addresses(), iters);
     }
   }
+  std::vector<double> stream_us;
+  {
+    NoopServers servers(static_cast<int>(ranks.size()), "stream");
+    if (!servers.addresses().empty()) {
+      stream_us = StreamFanOut(servers.addresses(), iters);
+    }
+  }
 
   std::printf(
       "# client_latency: %zu ranks, %lld B float32 all_reduce (sum), "
@@ -436,6 +552,12 @@ int main(int argc, char** argv) {
     } else {
       Row(what.c_str(), floor_us[k]);
     }
+  }
+  if (stream_us.empty()) {
+    std::printf("%-44s %10s %10s\n", "    one message each way on a stream",
+                "failed", "-");
+  } else {
+    Row("    one message each way on a stream", stream_us);
   }
   Row("all_reduce, client-seen", op_us);
   checked.Print("the agreement, hand-offs");
