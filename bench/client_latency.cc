@@ -12,8 +12,13 @@
 // each way on a long-lived stream per rank, what a unary call's setup costs
 // beside it.
 //
+// With --idle-gap-ms G, also the same GetInfo and all_reduce each after G ms
+// with nothing in flight, and the all_reduce after G ms of the client's
+// thread spinning instead of sleeping: what a user pays who issues single
+// ops with time between them, and whether the client's sleep is the cause.
+//
 //   ./build/bench/client_latency --coordinator HOST:PORT [--iters 2000]
-//       [--bytes 8] [--plan 1000] [--plan-rounds 5]
+//       [--bytes 8] [--plan 1000] [--plan-rounds 5] [--idle-gap-ms 0]
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -33,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -422,7 +428,7 @@ int main(int argc, char** argv) {
     return ServeNoop(*kind);
   }
   ccl::client::ClientOptions options;
-  int iters = 2000, plan_ops = 1000, plan_rounds = 5;
+  int iters = 2000, plan_ops = 1000, plan_rounds = 5, idle_gap_ms = 0;
   int64_t bytes = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -436,15 +442,18 @@ int main(int argc, char** argv) {
       plan_ops = std::atoi(argv[i + 1]);
     } else if (flag == "--plan-rounds") {
       plan_rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--idle-gap-ms") {
+      idle_gap_ms = std::atoi(argv[i + 1]);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  if (iters < 1 || plan_ops < 1 || plan_rounds < 1 || bytes < 4) {
+  if (iters < 1 || plan_ops < 1 || plan_rounds < 1 || bytes < 4 ||
+      idle_gap_ms < 0) {
     std::fprintf(stderr,
                  "need --iters >= 1, --plan >= 1, --plan-rounds >= 1, "
-                 "--bytes >= 4\n");
+                 "--bytes >= 4, --idle-gap-ms >= 0\n");
     return 2;
   }
   auto client = ClusterClient::Connect(options);
@@ -499,6 +508,26 @@ int main(int argc, char** argv) {
     plan_us.push_back(Since(start) / plan_ops);
     if (!AllOk(results, "plan")) return 1;
     for (const auto& r : results) emulated |= r.result->emulated;
+  }
+  std::vector<double> info_after_gap_us, op_after_gap_us, op_after_spin_us;
+  if (idle_gap_ms > 0) {
+    const auto gap = std::chrono::milliseconds(idle_gap_ms);
+    for (int i = 0; i < iters; ++i) {
+      std::this_thread::sleep_for(gap);
+      auto start = Clock::now();
+      if (!AllOk(c.Info(ranks), "GetInfo")) return 1;
+      info_after_gap_us.push_back(Since(start));
+      std::this_thread::sleep_for(gap);
+      start = Clock::now();
+      if (!AllOk(c.Collective(op), "all_reduce")) return 1;
+      op_after_gap_us.push_back(Since(start));
+      const auto until = Clock::now() + gap;
+      while (Clock::now() < until) {
+      }
+      start = Clock::now();
+      if (!AllOk(c.Collective(op), "all_reduce")) return 1;
+      op_after_spin_us.push_back(Since(start));
+    }
   }
   (void)c.Free(ranks, name);
 
@@ -566,5 +595,12 @@ int main(int argc, char** argv) {
   Row(emulated ? "plan, per op (EMULATED: no SubmitPlan)"
                : "plan of --plan ops, per op",
       plan_us);
+  if (idle_gap_ms > 0) {
+    const std::string after =
+        " after " + std::to_string(idle_gap_ms) + " ms idle";
+    Row(("GetInfo" + after).c_str(), info_after_gap_us);
+    Row(("all_reduce" + after).c_str(), op_after_gap_us);
+    Row("  the same, the client spinning meanwhile", op_after_spin_us);
+  }
   return 0;
 }
