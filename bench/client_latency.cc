@@ -155,6 +155,11 @@ absl::StatusOr<ServerKind> ParseServerKind(const std::string& text) {
   if (api != "callback" && api != "sync" && api != "queue" && api != "stream") {
     return absl::InvalidArgumentError("unknown server kind " + text);
   }
+  // The echo stream is a bare generic service: there is no worker to add.
+  if (api == "stream" && kind.worker_extras) {
+    return absl::InvalidArgumentError("server kind " + text +
+                                      ": \"stream\" takes no \"+worker\"");
+  }
   kind.api = api;
   return kind;
 }
@@ -370,13 +375,17 @@ std::vector<double> StreamFanOut(const std::vector<std::string>& addresses,
   };
   grpc::CompletionQueue queue;
   std::vector<std::unique_ptr<Peer>> peers;
+  // Takes every one of `completions` off the queue even after a failed one,
+  // so no operation is left pending when the streams are torn down.
   auto await = [&](size_t completions) {
     void* tag = nullptr;
     bool ok = false;
+    bool all_ok = true;
     for (size_t i = 0; i < completions; ++i) {
-      if (!queue.Next(&tag, &ok) || !ok) return false;
+      if (!queue.Next(&tag, &ok)) return false;
+      all_ok = all_ok && ok;
     }
-    return true;
+    return all_ok;
   };
   for (const std::string& address : addresses) {
     auto peer = std::make_unique<Peer>();
@@ -388,19 +397,21 @@ std::vector<double> StreamFanOut(const std::vector<std::string>& addresses,
     peers.push_back(std::move(peer));
   }
   std::vector<double> us;
-  if (!await(peers.size())) return us;
+  bool healthy = await(peers.size());
   const char payload[8] = {};
   grpc::Slice slice(payload, sizeof(payload));
   const grpc::ByteBuffer message(&slice, 1);
-  for (int i = -iters / 10 - 1; i < iters; ++i) {
+  for (int i = -iters / 10 - 1; healthy && i < iters; ++i) {
     const auto start = Clock::now();
     for (auto& peer : peers) {
       peer->stream->Write(message, peer.get());
       peer->stream->Read(&peer->echo, peer.get());
     }
-    if (!await(2 * peers.size())) return {};
-    if (i >= 0) us.push_back(Since(start));
+    healthy = await(2 * peers.size());
+    if (healthy && i >= 0) us.push_back(Since(start));
   }
+  // A failed round yields no figures, and the streams still close in order.
+  if (!healthy) us.clear();
   for (auto& peer : peers) peer->context.TryCancel();
   for (auto& peer : peers) {
     grpc::Status status;

@@ -85,6 +85,24 @@ double Percentile(std::vector<double> values, double q) {
   return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
 }
 
+// Prints each rank whose plan failed, or any of whose steps did (the first
+// failed step of each such rank); true if any.
+bool ReportPlanErrors(const RankResults<PlanResult>& planned) {
+  bool failed = ReportRankErrors(planned);
+  for (const auto& r : planned) {
+    if (!r.result.ok()) continue;
+    for (const WorkStatus& step : r.result->steps) {
+      if (!step.error.ok()) {
+        std::cerr << "ccctl: rank " << r.rank
+                  << ": plan: " << StatusText(step.error) << "\n";
+        failed = true;
+        break;
+      }
+    }
+  }
+  return failed;
+}
+
 absl::Status Plot(const std::string& csv_text, const std::string& png,
                   int ranks) {
   char script_path[] = "/tmp/ccctl-plot-XXXXXX";
@@ -312,20 +330,12 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
         const auto plan_start = std::chrono::steady_clock::now();
         const auto planned = (*client)->SubmitPlan(plan);
         const auto plan_end = std::chrono::steady_clock::now();
-        if (ReportRankErrors(planned)) {
+        if (ReportPlanErrors(planned)) {
           free_all();
           return kExitFailure;
         }
         for (const auto& r : planned) {
           row.plan_emulated = row.plan_emulated || r.result->emulated;
-          for (const WorkStatus& step : r.result->steps) {
-            if (!step.error.ok()) {
-              std::cerr << "ccctl: rank " << r.rank
-                        << ": plan: " << StatusText(step.error) << "\n";
-              free_all();
-              return kExitFailure;
-            }
-          }
         }
         if (round > 0) {
           plan_us.push_back(
