@@ -1,9 +1,11 @@
 #include "common/queue_server.h"
 
+#include <grpc/support/time.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <utility>
 
+#include "common/busy_poll.h"
 #include "common/grpc_status.h"
 
 namespace ccl {
@@ -13,12 +15,25 @@ ServerQueue::ServerQueue(grpc::ServerBuilder& builder)
 
 ServerQueue::~ServerQueue() { Close(std::chrono::milliseconds(0)); }
 
-void ServerQueue::Start(int threads) {
+void ServerQueue::Start(int threads, std::chrono::microseconds busy_poll) {
   for (int i = 0; i < threads; ++i) {
-    threads_.emplace_back([this] {
+    threads_.emplace_back([this, busy_poll] {
       void* tag = nullptr;
       bool ok = false;
-      while (cq_->Next(&tag, &ok)) static_cast<QueueEvent*>(tag)->Complete(ok);
+      while (true) {
+        // A deadline in the past polls once without blocking.
+        grpc::CompletionQueue::NextStatus polled =
+            grpc::CompletionQueue::TIMEOUT;
+        SpinUntil(busy_poll, [&] {
+          polled = cq_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+          return polled != grpc::CompletionQueue::TIMEOUT;
+        });
+        if (polled == grpc::CompletionQueue::SHUTDOWN) return;
+        if (polled == grpc::CompletionQueue::TIMEOUT && !cq_->Next(&tag, &ok)) {
+          return;
+        }
+        static_cast<QueueEvent*>(tag)->Complete(ok);
+      }
     });
   }
 }

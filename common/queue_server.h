@@ -67,8 +67,13 @@ class ServerQueue {
   ServerQueue(const ServerQueue&) = delete;
   ServerQueue& operator=(const ServerQueue&) = delete;
 
-  // After BuildAndStart, once every method's first waiter is posted.
-  void Start(int threads);
+  // After BuildAndStart, once every method's first waiter is posted. With a
+  // `busy_poll` budget, each thread keeps polling the queue (and the sockets
+  // behind it) without sleeping for that long after its last event
+  // (common/busy_poll.h); every thread spins, because only the thread that
+  // polls the sockets sees a request arrive, and a sleeping one may hold
+  // that role.
+  void Start(int threads, std::chrono::microseconds busy_poll = {});
 
   // Runs `start_operation` (which starts an operation on this queue) unless
   // the queue is closed; says whether it ran. Starting one on a queue that

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/busy_poll.h"
 #include "common/status_macros.h"
 
 namespace ccl {
@@ -20,12 +21,14 @@ std::string SecondsString(std::chrono::milliseconds ms) {
 
 Executor::Executor(std::string group, int rank,
                    std::shared_ptr<Communicator> comm,
-                   std::chrono::milliseconds gap_timeout, Diagnosis diagnose)
+                   std::chrono::milliseconds gap_timeout, Diagnosis diagnose,
+                   std::chrono::microseconds busy_poll)
     : group_(std::move(group)),
       rank_(rank),
       comm_(std::move(comm)),
       gap_timeout_(gap_timeout),
-      diagnose_(std::move(diagnose)) {
+      diagnose_(std::move(diagnose)),
+      busy_poll_(busy_poll) {
   launch_thread_ = std::thread([this] { LaunchLoop(); });
   completion_thread_ = std::thread([this] { CompletionLoop(); });
 }
@@ -106,7 +109,7 @@ absl::Status Executor::Enqueue(std::shared_ptr<ExecutorTask> task) {
     }
   }
   pending_.emplace(seq, std::move(task));
-  launch_cv_.notify_all();
+  Notify(launch_cv_);
   return absl::OkStatus();
 }
 
@@ -184,7 +187,9 @@ void Executor::LaunchLoop() {
     if (stopping_) break;
     if (pending_.empty()) {
       gap_since.reset();
-      launch_cv_.wait(lock);
+      if (!SpinForChange(lock) && pending_.empty() && !stopping_) {
+        launch_cv_.wait(lock);
+      }
       continue;
     }
     auto first = pending_.begin();
@@ -250,7 +255,7 @@ void Executor::LaunchLoop() {
       // Keep completions in seq order behind anything still in flight.
       in_flight_.push_back(
           {task, std::make_unique<CompletedWork>(handle.status(), 0)});
-      completion_cv_.notify_all();
+      Notify(completion_cv_);
     } else if (in_flight_.empty() && (*handle)->IsCompleted()) {
       ++finishing_;
       lock.unlock();
@@ -260,12 +265,12 @@ void Executor::LaunchLoop() {
       ended_cv_.notify_all();
     } else {
       in_flight_.push_back({task, *std::move(handle)});
-      completion_cv_.notify_all();
+      Notify(completion_cv_);
     }
   }
   // Stopping: nothing queued runs any more.
   stopped_ = true;
-  completion_cv_.notify_all();
+  Notify(completion_cv_);
 }
 
 void Executor::Finish(std::shared_ptr<ExecutorTask> task,
@@ -304,10 +309,28 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
   task->Complete(std::move(status), handle->DeviceMicros());
 }
 
+void Executor::Notify(std::condition_variable& cv) {
+  changes_.fetch_add(1, std::memory_order_release);
+  cv.notify_all();
+}
+
+bool Executor::SpinForChange(std::unique_lock<std::mutex>& lock) {
+  if (busy_poll_.count() <= 0) return false;
+  const uint64_t seen = changes_.load(std::memory_order_acquire);
+  lock.unlock();
+  const bool changed = SpinUntil(busy_poll_, [&] {
+    return changes_.load(std::memory_order_acquire) != seen;
+  });
+  lock.lock();
+  return changed;
+}
+
 void Executor::CompletionLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    completion_cv_.wait(lock, [&] { return !in_flight_.empty() || stopped_; });
+    const auto has_work = [&] { return !in_flight_.empty() || stopped_; };
+    if (!has_work()) SpinForChange(lock);
+    completion_cv_.wait(lock, has_work);
     if (in_flight_.empty()) break;  // stopped and drained
     InFlight item = std::move(in_flight_.front());
     in_flight_.pop_front();
@@ -351,7 +374,7 @@ void Executor::Stop(absl::Status reason) {
     stopping_ = true;
     ended_cv_.notify_all();
     cancelled.swap(pending_);
-    launch_cv_.notify_all();
+    Notify(launch_cv_);
     retired_cv_.notify_all();
   }
   for (auto& [seq, task] : cancelled) task->Complete(reason, 0);

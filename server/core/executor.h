@@ -18,6 +18,7 @@
 // thus costs one gap timeout, not a hung group.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -85,8 +86,11 @@ class Executor {
   // reach. Asked when an op timed out or lost a peer. May block briefly.
   using Diagnosis = std::function<Diagnosed(int64_t seq, Arrival arrival)>;
 
+  // `busy_poll`: how long the executor's threads spin for the next op or
+  // completion before they sleep (common/busy_poll.h); zero never spins.
   Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,
-           std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr);
+           std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr,
+           std::chrono::microseconds busy_poll = {});
   // Stops (cancelling queued tasks) and joins.
   ~Executor();
   Executor(const Executor&) = delete;
@@ -164,12 +168,21 @@ class Executor {
   bool OpsUnderWayLocked() const;
   void Finish(std::shared_ptr<ExecutorTask> task,
               std::unique_ptr<CommWork> handle);
+  // Under mutex_: wakes `cv`'s waiters and the threads spinning for a change.
+  void Notify(std::condition_variable& cv);
+  // With busy_poll_: releases `lock` and spins until a Notify or for
+  // busy_poll_, then takes it back; true if a Notify came. The caller
+  // re-checks its condition under the lock before it waits.
+  bool SpinForChange(std::unique_lock<std::mutex>& lock);
 
   const std::string group_;
   const int rank_;
   const std::shared_ptr<Communicator> comm_;
   const std::chrono::milliseconds gap_timeout_;
   const Diagnosis diagnose_;
+  const std::chrono::microseconds busy_poll_;
+  // Bumped by every Notify of launch_cv_ or completion_cv_.
+  std::atomic<uint64_t> changes_{0};
 
   mutable std::mutex mutex_;
   std::condition_variable launch_cv_;

@@ -54,6 +54,9 @@ struct WorkerConfig {
   std::chrono::milliseconds default_op_timeout{std::chrono::seconds(60)};
   // How long an executor waits for a missing sequence number.
   std::chrono::milliseconds seq_gap_timeout{std::chrono::seconds(30)};
+  // How long the op path's threads spin for the next request, op or
+  // completion before they sleep (common/busy_poll.h); zero never spins.
+  std::chrono::microseconds busy_poll{0};
   // Address Gloo's TCP transport binds to.
   std::string data_host = "127.0.0.1";
   // Most tensors held and groups known at once (0: no limit): a client

@@ -94,7 +94,8 @@ absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
   std::iota(world_ranks.begin(), world_ranks.end(), 0);
   auto executor = std::make_shared<Executor>(
       kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout,
-      ArrivalCheck(&store, kWorldGroup, rank, std::move(world_ranks)));
+      ArrivalCheck(&store, kWorldGroup, rank, std::move(world_ranks)),
+      config_.busy_poll);
   std::shared_ptr<Executor> old;
   std::map<std::string, GroupEntry> old_groups;
   std::vector<std::shared_ptr<Executor>> destroyed;
@@ -289,7 +290,7 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
     if (*comm) {
       entry.executor = std::make_shared<Executor>(
           name, position, *std::move(comm), config_.seq_gap_timeout,
-          ArrivalCheck(kv, name, position, entry.ranks));
+          ArrivalCheck(kv, name, position, entry.ranks), config_.busy_poll);
     }
     return absl::OkStatus();
   };
@@ -495,7 +496,7 @@ WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
           name, entry.group_rank,
           std::shared_ptr<Communicator>(*std::move(child)),
           config_.seq_gap_timeout,
-          ArrivalCheck(&kv, name, entry.group_rank, ranks));
+          ArrivalCheck(&kv, name, entry.group_rank, ranks), config_.busy_poll);
     }
   }
   return groups;

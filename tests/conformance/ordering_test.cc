@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/element.h"
@@ -155,6 +156,57 @@ TEST(Ordering, SeqGapIsDeclaredLostAndSkipped) {
   for (auto& work : works)
     ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
   EXPECT_EQ(ReadAll(w[1], "t"), (std::vector<double>{4, 4, 4}));
+}
+
+// With busy polling (WorkerConfig::busy_poll) the executor's threads spin
+// between ops instead of sleeping: order, pauses longer than the spin, a
+// lost seq and shutdown behave as they do without it.
+TEST(Ordering, BusyPollingKeepsOrderPausesGapsAndShutdown) {
+  WorkerConfig config = DefaultConfig();
+  config.busy_poll = std::chrono::microseconds(500);
+  config.seq_gap_timeout = milliseconds(300);
+  auto w = std::make_unique<World>(2, config);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        Alloc((*w)[r], "t", DType::kInt64, 2, {FillKind::kRankPlusOne}).ok());
+  }
+  // 4 bursts of 10 all_reduces (sum), rank 1 submitting each burst in
+  // reverse, with pauses of 5 ms (ten spins) between: t = 3 * 2^39.
+  constexpr int kBursts = 4, kBurst = 10;
+  for (int burst = 0; burst < kBursts; ++burst) {
+    std::vector<std::shared_ptr<Work>> works;
+    for (int r = 0; r < 2; ++r) {
+      for (int i = 0; i < kBurst; ++i) {
+        const int seq = burst * kBurst + (r == 0 ? i : kBurst - 1 - i);
+        works.push_back(SubmitOk((*w)[r], Op(OpKind::kAllReduce, seq, "t")));
+      }
+    }
+    for (auto& work : works)
+      ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const double expected = 3.0 * static_cast<double>(int64_t{1} << 39);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ReadAll((*w)[r], "t"), (std::vector<double>{expected, expected}));
+  }
+  // A seq that never comes is skipped after the gap timeout.
+  const int64_t next = kBursts * kBurst;
+  std::vector<std::shared_ptr<Work>> after_gap;
+  for (int r = 0; r < 2; ++r) {
+    after_gap.push_back(
+        SubmitOk((*w)[r], Op(OpKind::kAllReduce, next + 1, "t")));
+  }
+  for (auto& work : after_gap)
+    ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
+  EXPECT_EQ((*w)[0].Submit(Op(OpKind::kAllReduce, next, "t")).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // Queued ops are cancelled and the spinning threads joined at shutdown.
+  auto queued = SubmitOk((*w)[0], Op(OpKind::kAllReduce, next + 3, "t"));
+  ASSERT_NE(queued, nullptr);
+  w.reset();
+  const absl::Status cancelled = queued->Wait(milliseconds(0));
+  EXPECT_FALSE(cancelled.ok());
+  EXPECT_NE(cancelled.code(), absl::StatusCode::kDeadlineExceeded) << cancelled;
 }
 
 TEST(Validation, RefusesBadOpsBeforeQueueing) {

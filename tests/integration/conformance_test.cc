@@ -134,6 +134,13 @@ class ConformanceTest : public ::testing::TestWithParam<int> {
     options.workers = GetParam();
     options.device = CCL_CONFORMANCE_DEVICE;
     options.worker_args = {"--op-timeout-ms", "20000"};
+    // The 3-rank world's workers spin between requests and ops
+    // (--busy-poll-us), so that the whole API runs over the spinning queue
+    // and executors as well as over the sleeping ones of the other worlds.
+    if (GetParam() == 3) {
+      options.worker_args.insert(options.worker_args.end(),
+                                 {"--busy-poll-us", "200"});
+    }
     auto cluster = LocalCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
