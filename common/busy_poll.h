@@ -1,11 +1,11 @@
 // Spinning before a blocking wait (ccworker --busy-poll-us). A thread that
 // sleeps until the next request or op is woken by the kernel, and on a VM a
-// vCPU with nothing to run halts, so each wake costs a hypervisor round trip:
-// on the GPU machine, keeping every vCPU busy cut a client's 8-byte
-// all_reduce from 225-249 us to 189-190 us p50 and the worker's hand-offs
-// by a third (bench/results/latency_vcpu_idle_1gpu_2026-12-03.md). A thread
-// that spins for a while after its last event answers the next one without
-// the wake, at the price of a core while it spins. Off by default.
+// vCPU with nothing to run halts, so each wake costs a hypervisor round trip.
+// A thread that spins for a while after its last event answers the next one
+// without the wake, at the price of a core while it spins: on the GPU
+// machine a 1000 us budget cut the worker's share of a client's 8-byte
+// all_reduce from 80-110 us to 44-47 us p50
+// (bench/results/latency_vcpu_idle_1gpu_2026-12-03.md). Off by default.
 #pragma once
 
 #include <chrono>

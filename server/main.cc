@@ -140,9 +140,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--busy-poll-us", busy_poll_us,
                  "spin this long for the next request, op or completion "
-                 "before sleeping: a few tens of us less per op, on a VM "
-                 "most, at the price of a core per spinning thread while "
-                 "ops come (env CCL_BUSY_POLL_US; 0: never spin)")
+                 "before sleeping; above the time between a client's ops "
+                 "(e.g. 1000) it halves the worker's share of a small op, "
+                 "for about a core while ops come (env CCL_BUSY_POLL_US; "
+                 "0: never spin; docs/deploy.md)")
       ->envname("CCL_BUSY_POLL_US")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
       ->capture_default_str();
