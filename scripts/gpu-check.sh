@@ -10,7 +10,8 @@
 #                                   # piece; then cluster, python, peers)
 #   scripts/gpu-check.sh latency    # a fresh cluster, then only what a
 #                                   # client pays per op (--e2e,
-#                                   # client_latency, a plan's flight record)
+#                                   # client_latency, a plan's flight record);
+#                                   # then the same with --busy-poll-us 1000
 #   scripts/gpu-check.sh latency1   # the same on one GPU (1 worker)
 #   CCL_GPU_UNTIL=STEP ...          # skip every step after STEP
 #   scripts/gpu-check.sh peer       # only the bare-NCCL peer steps (no
@@ -296,16 +297,17 @@ cluster_steps() {
   cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs" 2>/dev/null || true
 }
 
-latency_steps() {
+latency_steps() {  # latency_steps [SUFFIX of the step names]
+  local suffix=${1:-}
   # A client's cost per 8-byte all_reduce in pieces: a bare fan-out, one
   # op (and the workers' share), without the agreement, and in a plan of
   # 1000 ops.
-  step client_latency 150 "$bundle/bin/client_latency" --coordinator \
+  step "client_latency$suffix" 150 "$bundle/bin/client_latency" --coordinator \
     "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["coordinator"])' \
       "$CCCTL_STATE_DIR/state.json")" --iters 2000 --plan 1000
   # Where a plan's time goes: each worker's flight record of the last plan
   # (its ops share the plan's timing: queue, summed device time, total).
-  step plan_flight 30 bash -c "'$ccctl' -o json debug ops -n 2 >'$OUT/plan_flight.json'"
+  step "plan_flight$suffix" 30 bash -c "'$ccctl' -o json debug ops -n 2 >'$OUT/plan_flight$suffix.json'"
 }
 
 torch_steps() {
@@ -332,13 +334,19 @@ case $mode in
   # What a client pays per op, alone on a fresh cluster (a few minutes).
   # latency1: the same on one GPU (a 1-worker cluster), for when only a
   # 1-GPU machine is lent: the RPC and worker shares without a peer.
-  latency|latency1) step cluster_up 120 "$ccctl" cluster up \
-      --workers "$([[ $mode == latency1 ]] && echo 1 || echo 2)" --device cuda
-    step bench_e2e_all_reduce 120 "$ccctl" bench all_reduce -b 8 -e 1M -f 4 \
-      -n 200 -w 20 --e2e --csv "$OUT/e2e_all_reduce.csv"
-    latency_steps
-    step cluster_down 60 "$ccctl" cluster down
-    cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs" 2>/dev/null || true ;;
+  # Then again with workers that spin between ops (--busy-poll-us 1000:
+  # bench/results/latency_vcpu_idle_1gpu_2026-12-03.md), steps "_poll".
+  latency|latency1)
+    for poll in 0 1000; do
+      suffix=$([[ $poll == 0 ]] || echo _poll)
+      step "cluster_up$suffix" 120 env CCL_BUSY_POLL_US=$poll "$ccctl" cluster up \
+        --workers "$([[ $mode == latency1 ]] && echo 1 || echo 2)" --device cuda
+      step "bench_e2e_all_reduce$suffix" 120 "$ccctl" bench all_reduce -b 8 \
+        -e 1M -f 4 -n 200 -w 20 --e2e --csv "$OUT/e2e_all_reduce$suffix.csv"
+      latency_steps "$suffix"
+      step "cluster_down$suffix" 60 "$ccctl" cluster down
+      cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs$suffix" 2>/dev/null || true
+    done ;;
   *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1]" >&2; exit 2 ;;
 esac
 report
