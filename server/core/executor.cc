@@ -329,7 +329,11 @@ void Executor::CompletionLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     const auto has_work = [&] { return !in_flight_.empty() || stopped_; };
-    if (!has_work()) SpinForChange(lock);
+    // Spins again after a change that brought nothing to complete: the
+    // Enqueue that precedes each launch bumps the same counter, and sleeping
+    // then would leave the launch that follows to wake this thread.
+    while (!has_work() && SpinForChange(lock)) {
+    }
     completion_cv_.wait(lock, has_work);
     if (in_flight_.empty()) break;  // stopped and drained
     InFlight item = std::move(in_flight_.front());
