@@ -10,7 +10,9 @@
 // APIs, so the service's RPC cost reads as a ratio to what gRPC itself costs
 // on the machine, and the server API's share of it shows; and one message
 // each way on a long-lived stream per rank, what a unary call's setup costs
-// beside it.
+// beside it. The client library sends ops on such streams (SubmitStream);
+// the all_reduce is also timed through a second client that sends each op
+// as a unary Submit, the way it did before.
 //
 // With --idle-gap-ms G, also the same GetInfo and all_reduce each after G ms
 // with nothing in flight, and the all_reduce after G ms of the client's
@@ -439,6 +441,10 @@ int main(int argc, char** argv) {
     return ServeNoop(*kind);
   }
   ccl::client::ClientOptions options;
+  // As ccctl: the client's own busy polling (ClientOptions::busy_poll).
+  if (const char* poll = std::getenv("CCL_CLIENT_BUSY_POLL_US")) {
+    options.busy_poll = std::chrono::microseconds(std::atoll(poll));
+  }
   int iters = 2000, plan_ops = 1000, plan_rounds = 5, idle_gap_ms = 0;
   int64_t bytes = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -474,6 +480,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   ClusterClient& c = **client;
+  // The same ops the way the client sent them before op streams: one unary
+  // Submit per op and rank.
+  ccl::client::ClientOptions unary_options = options;
+  unary_options.op_streams = false;
+  auto unary_client = ClusterClient::Connect(unary_options);
+  if (!unary_client.ok()) {
+    std::fprintf(stderr, "%s\n",
+                 ccl::client::StatusText(unary_client.status()).c_str());
+    return 1;
+  }
   const std::vector<int> ranks = c.AllRanks();
   const std::string name = "client_latency.x";
   (void)c.Free(ranks, name);
@@ -485,8 +501,8 @@ int main(int argc, char** argv) {
   op.kind = ccl::OpKind::kAllReduce;
   op.input = name;
 
-  std::vector<double> info_us, op_us, unchecked_us;
-  WorkerShare checked, without_agreement;
+  std::vector<double> info_us, op_us, unchecked_us, unary_us;
+  WorkerShare checked, without_agreement, unary_share;
   for (int i = 0; i < iters / 10 + 1; ++i) {  // warm up channels and ranges
     if (!AllOk(c.Collective(op), "warmup")) return 1;
   }
@@ -508,6 +524,15 @@ int main(int argc, char** argv) {
     unchecked_us.push_back(Since(start));
     if (!AllOk(unchecked_results, "all_reduce")) return 1;
     without_agreement.Add(unchecked_results);
+  }
+  // Not interleaved with the loop above: two clients on one group wait for
+  // each other's reserved seqs (ReleaseSequence after the linger).
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    const auto unary_results = (*unary_client)->Collective(op);
+    unary_us.push_back(Since(start));
+    if (!AllOk(unary_results, "all_reduce")) return 1;
+    unary_share.Add(unary_results);
   }
   ccl::client::Plan plan;
   plan.steps.assign(plan_ops, ccl::client::PlanStep::Collective(op));
@@ -603,6 +628,8 @@ int main(int argc, char** argv) {
   checked.Print("the agreement, hand-offs");
   Row("all_reduce without the agreement check", unchecked_us);
   without_agreement.Print("hand-offs");
+  Row("all_reduce, a unary Submit per op", unary_us);
+  unary_share.Print("the agreement, hand-offs");
   Row(emulated ? "plan, per op (EMULATED: no SubmitPlan)"
                : "plan of --plan ops, per op",
       plan_us);

@@ -4,9 +4,11 @@
 // without the ranks disagreeing on the order.
 //
 // The API speaks the plain types of client/types.h; gRPC stays behind it.
-// Requests to several ranks go out together on the gRPC callback API (no
-// thread per rank or per call) over channels kept for the client's life, and
-// the calling thread waits for the replies. Ops take sequence numbers from
+// Requests to several ranks go out together (no thread per rank or per call)
+// over channels kept for the client's life, and the calling thread waits for
+// the replies: ops on one long-lived stream per worker, driven by the waiting
+// threads themselves (internal/op_streams.h), other requests on the gRPC
+// callback API. Ops take sequence numbers from
 // ranges reserved ahead of use, so a steady stream of ops pays no
 // coordinator round trip per op; unused numbers go back to the workers soon
 // after the client stops using them (or when it is destroyed), so other
@@ -48,6 +50,15 @@ struct ClientOptions {
   int64_t max_reserved_seqs = 256;
   // Reserved numbers not used for this long go back to the workers.
   std::chrono::milliseconds reserve_linger{20};
+  // Ops travel on one long-lived stream per worker (SubmitStream) rather than
+  // a unary call each: the same answers, a round trip cheaper per op. Off:
+  // one unary Submit per op and rank, as before the streams.
+  bool op_streams = true;
+  // A thread waiting for ops' answers polls the streams without sleeping for
+  // up to this long first (common/busy_poll.h: on a VM a sleeping thread's
+  // wake-up is a hypervisor round trip), at the price of a core meanwhile.
+  // 0: it sleeps at once. ccctl reads CCL_CLIENT_BUSY_POLL_US.
+  std::chrono::microseconds busy_poll{0};
 };
 
 class ClusterClient {

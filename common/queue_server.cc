@@ -38,6 +38,24 @@ void ServerQueue::Start(int threads, std::chrono::microseconds busy_poll) {
   }
 }
 
+bool ServerQueue::AddStream(grpc::ServerContext* context) {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  if (streams_cancelled_) return false;
+  streams_.insert(context);
+  return true;
+}
+
+void ServerQueue::RemoveStream(grpc::ServerContext* context) {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  streams_.erase(context);
+}
+
+void ServerQueue::CancelStreams() {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  streams_cancelled_ = true;
+  for (grpc::ServerContext* context : streams_) context->TryCancel();
+}
+
 void ServerQueue::CallOpened() {
   std::lock_guard<std::mutex> lock(open_mutex_);
   ++open_;

@@ -334,16 +334,20 @@ case $mode in
   # What a client pays per op, alone on a fresh cluster (a few minutes).
   # latency1: the same on one GPU (a 1-worker cluster), for when only a
   # 1-GPU machine is lent: the RPC and worker shares without a peer.
-  # Then again with workers that spin between ops (--busy-poll-us 1000:
+  # Then again with workers and client that spin between ops
+  # (--busy-poll-us 1000, CCL_CLIENT_BUSY_POLL_US=1000:
   # bench/results/latency_vcpu_idle_1gpu_2026-12-03.md), steps "_poll".
   latency|latency1)
     for poll in 0 1000; do
       suffix=$([[ $poll == 0 ]] || echo _poll)
       step "cluster_up$suffix" 120 env CCL_BUSY_POLL_US=$poll "$ccctl" cluster up \
         --workers "$([[ $mode == latency1 ]] && echo 1 || echo 2)" --device cuda
+      # The client polls too in the second pass (CCL_CLIENT_BUSY_POLL_US).
+      export CCL_CLIENT_BUSY_POLL_US=$poll
       step "bench_e2e_all_reduce$suffix" 120 "$ccctl" bench all_reduce -b 8 \
         -e 1M -f 4 -n 200 -w 20 --e2e --csv "$OUT/e2e_all_reduce$suffix.csv"
       latency_steps "$suffix"
+      unset CCL_CLIENT_BUSY_POLL_US
       step "cluster_down$suffix" 60 "$ccctl" cluster down
       cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs$suffix" 2>/dev/null || true
     done ;;

@@ -324,6 +324,7 @@ int main(int argc, char** argv) {
   // to call back. A normal stop does the same below; each step is
   // idempotent.
   absl::Cleanup close_queue = [&] {
+    queue.CancelStreams();
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(1));
     (*core)->Shutdown();
@@ -427,6 +428,8 @@ int main(int argc, char** argv) {
   }
   absl::Status left = agent.Leave();
   if (!left.ok()) spdlog::warn("ccworker: deregister: {}", left.ToString());
+  // Clients' op streams stay open as long as the clients do.
+  queue.CancelStreams();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // Ends every work, so every call still open is answered (cancelled calls
   // included: the client is gone, the answer is dropped).

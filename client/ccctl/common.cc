@@ -55,6 +55,9 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals) {
   options.coordinator = ResolveCoordinator(globals);
   options.timeout = *timeout;
   options.group = globals.group;
+  if (const char* poll = std::getenv("CCL_CLIENT_BUSY_POLL_US")) {
+    options.busy_poll = std::chrono::microseconds(std::atoll(poll));
+  }
   return ClusterClient::Connect(options);
 }
 

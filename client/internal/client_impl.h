@@ -17,6 +17,7 @@
 #include "ccl/v1/worker.grpc.pb.h"
 #include "client/cluster_client.h"
 #include "client/internal/fan_out.h"
+#include "client/internal/op_streams.h"
 #include "client/internal/sequence_windows.h"
 #include "common/credentials.h"
 #include "common/timer_queue.h"
@@ -142,6 +143,9 @@ struct ClientImpl {
   void ReleaseAllSeqs();
   // Submits `ops[i]` (stamped) to the group's i-th rank.
   RankResults<OpResult> SubmitEach(std::vector<v1::OpRequest> ops);
+  // SubmitEach's answers, by stream or by unary call (ClientOptions).
+  std::vector<absl::StatusOr<v1::OpResponse>> SubmitOps(
+      std::vector<v1::OpRequest> ops);
   RankResults<PlanResult> SubmitPlan(const Plan& plan);
 
   // Tells every rank of `group` that [begin, end) will carry no op. Workers
@@ -174,6 +178,8 @@ struct ClientImpl {
   std::mutex timers_mutex_;
   std::unique_ptr<TimerQueue> timers_;
   bool timers_stopped_ = false;
+  // Before the stubs go: its streams ride their channels.
+  std::unique_ptr<OpStreams> op_streams_;
   // Last member: destroyed first, after ~Impl gave back what it held.
   std::unique_ptr<SequenceWindows> windows_;
 };

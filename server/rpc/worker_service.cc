@@ -206,7 +206,7 @@ absl::Status WorkerService::Serve(ServerQueue& queue) {
   absl::flat_hash_map<std::string, int> index;
   for (const char* name :
        {"GetInfo", "AllocTensor", "FreeTensor", "ListTensors", "WriteTensor",
-        "ReadTensor", "SummarizeTensor", "Submit", "SubmitPlan",
+        "ReadTensor", "SummarizeTensor", "Submit", "SubmitStream", "SubmitPlan",
         "ReleaseSequence", "Bench", "Wait", "Test", "CreateGroup",
         "DestroyGroup", "GetOpLog"}) {
     absl::StatusOr<int> found = methods_.MethodIndex(name);
@@ -235,6 +235,9 @@ absl::Status WorkerService::Serve(ServerQueue& queue) {
   ClientStreamCall<v1::WriteTensorChunk, v1::TensorInfo>::Serve(
       queue, methods_, index.at("WriteTensor"),
       [this] { return std::make_unique<TensorWriter>(core_, limits_); });
+  SubmitStreamCall::Serve(
+      queue, methods_, index.at("SubmitStream"),
+      [this](SubmitStreamCall::Exchange* exchange) { SubmitStream(exchange); });
   ServerStreamCall<v1::ReadTensorRequest>::Serve(
       queue, methods_, index.at("ReadTensor"),
       [this](const v1::ReadTensorRequest& request) {
@@ -352,7 +355,16 @@ void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
 }
 
 void WorkerService::Submit(SubmitCall* call) {
-  const v1::OpRequest& request = call->request();
+  SubmitOp(call->request(), call->response(), call);
+}
+
+void WorkerService::SubmitStream(SubmitStreamCall::Exchange* exchange) {
+  SubmitOp(exchange->request().op(), exchange->response()->mutable_response(),
+           exchange);
+}
+
+void WorkerService::SubmitOp(const v1::OpRequest& request,
+                             v1::OpResponse* response, UnaryAnswer* call) {
   absl::StatusOr<OpSpec> spec = ValidThen(request, limits_, OpSpecFromProto);
   if (!spec.ok()) {
     return call->Finish(core_.Refuse(request.group(), request.seq(), 1,
@@ -363,10 +375,9 @@ void WorkerService::Submit(SubmitCall* call) {
   const int64_t seq = spec->seq;
   InGeneration(
       spec->generation, request.timeout_ms(), group, seq, 1, call,
-      [this, spec = *std::move(spec), call] {
+      [this, spec = *std::move(spec), call, response] {
         auto work = core_.Submit(spec);
         if (!work.ok()) return call->Finish(work.status());
-        v1::OpResponse* response = call->response();
         response->set_rank(core_.rank());
         response->set_generation(core_.generation());
         response->set_group(spec.group);

@@ -52,6 +52,8 @@ class WorkerService final {
   using SummarizeTensorCall =
       UnaryCall<v1::SummarizeTensorRequest, v1::TensorSummary>;
   using SubmitCall = UnaryCall<v1::OpRequest, v1::OpResponse>;
+  using SubmitStreamCall =
+      ExchangeStreamCall<v1::OpStreamRequest, v1::OpStreamResponse>;
   using SubmitPlanCall = UnaryCall<v1::PlanRequest, v1::PlanResponse>;
   using ReleaseSequenceCall =
       UnaryCall<v1::ReleaseSequenceRequest, v1::ReleaseSequenceResponse>;
@@ -71,6 +73,10 @@ class WorkerService final {
       const v1::ReadTensorRequest& request);
   void SummarizeTensor(SummarizeTensorCall* call);
   void Submit(SubmitCall* call);
+  void SubmitStream(SubmitStreamCall::Exchange* exchange);
+  // Submit's work for either: answers `call`, filling `response`.
+  void SubmitOp(const v1::OpRequest& request, v1::OpResponse* response,
+                UnaryAnswer* call);
   void SubmitPlan(SubmitPlanCall* call);
   void ReleaseSequence(ReleaseSequenceCall* call);
   void Bench(BenchCall* call);

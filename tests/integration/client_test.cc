@@ -281,5 +281,74 @@ TEST_F(ClientTest, ConcurrentClientsWithReservedRangesAllFinish) {
   EXPECT_EQ(Head(*check, 0, "seq.c"), Head(*check, 1, "seq.c"));
 }
 
+// Ops travel on one stream per worker: a client with streams and one that
+// sends each op as a unary Submit get the same answers, errors included,
+// and the same tensors.
+TEST_F(ClientTest, OpsOnStreamsAnswerAsUnaryCallsDo) {
+  auto streamed = Client();
+  ASSERT_NE(streamed, nullptr);
+  client::ClientOptions options = streamed->options();
+  options.op_streams = false;
+  auto unary = ClusterClient::Connect(options);
+  ASSERT_TRUE(unary.ok()) << unary.status();
+  Alloc(*streamed, "stream.a", 4);
+  Alloc(*streamed, "stream.b", 4);
+  for (ClusterClient* via : {streamed.get(), unary->get()}) {
+    ExpectAllOk(via->Collective(
+        AllReduce(via == streamed.get() ? "stream.a" : "stream.b")));
+    // An op one worker refuses: each rank's own error, on both paths.
+    Op missing = AllReduce("stream.no_such_tensor");
+    for (const auto& r : via->Collective(missing)) {
+      EXPECT_EQ(r.result.status().code(), absl::StatusCode::kNotFound)
+          << r.result.status();
+    }
+    // Async ops answer at once with a work id, which Wait completes.
+    Op async = AllReduce(via == streamed.get() ? "stream.a" : "stream.b");
+    async.async = true;
+    for (const auto& r : via->Collective(async)) {
+      ASSERT_TRUE(r.result.ok()) << r.result.status();
+      ASSERT_NE(r.result->work_id, 0);
+      auto waited = via->Wait(r.rank, r.result->work_id, kOpTimeout);
+      ASSERT_TRUE(waited.ok()) << waited.status();
+      EXPECT_EQ(waited->state, client::WorkState::kCompleted);
+    }
+  }
+  // [1, 2] summed twice: 3, then 6, on both paths.
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(Head(*streamed, rank, "stream.a"), std::vector<double>(4, 6.0));
+    EXPECT_EQ(Head(*streamed, rank, "stream.b"), std::vector<double>(4, 6.0));
+  }
+}
+
+// One client used from several threads at once: each thread's ops go on
+// the same streams, one waiting thread at a time takes the answers off the
+// queue for all of them, and every op gets its own answer.
+TEST_F(ClientTest, ThreadsSharingOneClientEachGetTheirAnswers) {
+  auto shared = Client();
+  ASSERT_NE(shared, nullptr);
+  Alloc(*shared, "stream.t", 1);
+  constexpr int kThreads = 4, kOps = 30;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Op op = AllReduce("stream.t");
+      op.reduce = ReduceOp::kMax;
+      for (int i = 0; i < kOps; ++i) {
+        // Every few ops one that fails, so errors and answers interleave.
+        if ((i + t) % 7 == 0) {
+          for (const auto& r :
+               shared->Collective(AllReduce("stream.missing"))) {
+            EXPECT_EQ(r.result.status().code(), absl::StatusCode::kNotFound)
+                << r.result.status();
+          }
+        }
+        ExpectAllOk(shared->Collective(op));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(Head(*shared, 0, "stream.t"), Head(*shared, 1, "stream.t"));
+}
+
 }  // namespace
 }  // namespace ccl

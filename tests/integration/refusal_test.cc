@@ -382,5 +382,92 @@ TEST_F(RefusalTest, UnparseableRequestsAndUnknownMethodsAreNamed) {
   ExpectTheWorldGoesOnAt(generation_);
 }
 
+// The op stream (SubmitStream) answers each op once, with its request's id,
+// in the order ops end rather than the order they came; an op refused on a
+// stream takes its seq as a unary one does; and one still queued as its
+// deadline_ms nears is withdrawn and answered DEADLINE_EXCEEDED, as a unary
+// call's is at its call deadline. The stream then closes OK.
+TEST_F(RefusalTest, AnOpStreamAnswersEachIdInTheOrderOpsEnd) {
+  testing::ClientWire wire(*client_);
+  auto seq = wire.ReserveSeq(4);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  struct Open {
+    grpc::ClientContext context;
+    std::unique_ptr<
+        grpc::ClientReaderWriter<v1::OpStreamRequest, v1::OpStreamResponse>>
+        stream;
+  };
+  std::vector<std::unique_ptr<Open>> streams;
+  for (int rank : everyone_) {
+    auto stub = wire.Worker(rank);
+    ASSERT_TRUE(stub.ok()) << stub.status();
+    auto& open = streams.emplace_back(std::make_unique<Open>());
+    open->context.set_deadline(std::chrono::system_clock::now() + seconds(60));
+    open->stream = (*stub)->SubmitStream(&open->context);
+  }
+  auto request = [&](uint64_t id, int64_t at, const std::string& tensor,
+                     int64_t deadline_ms) {
+    v1::OpStreamRequest request;
+    request.set_id(id);
+    *request.mutable_op() = WireAllReduce(tensor, false);
+    request.mutable_op()->set_seq(at);
+    request.mutable_op()->set_generation(generation_);
+    request.set_deadline_ms(deadline_ms);
+    return request;
+  };
+  for (auto& open : streams) {
+    // 10 waits behind seq + 0, which 11 takes (refused: no such tensor);
+    // 12 waits behind seq + 2, which nobody sends.
+    ASSERT_TRUE(open->stream->Write(request(10, *seq + 1, "y", 60000)));
+    ASSERT_TRUE(open->stream->Write(request(11, *seq, "no_such", 60000)));
+    ASSERT_TRUE(open->stream->Write(request(12, *seq + 3, "y", 1500)));
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    auto& stream = *streams[i]->stream;
+    v1::OpStreamResponse answer;
+    ASSERT_TRUE(stream.Read(&answer)) << "rank " << i;
+    EXPECT_EQ(answer.id(), 11u) << "rank " << i;
+    EXPECT_EQ(answer.error_code(),
+              static_cast<int>(absl::StatusCode::kNotFound))
+        << answer.error_message();
+    EXPECT_THAT(answer.error_message(), HasSubstr("no_such"));
+    ASSERT_TRUE(stream.Read(&answer)) << "rank " << i;
+    EXPECT_EQ(answer.id(), 10u) << "rank " << i;
+    EXPECT_EQ(answer.error_code(), 0) << answer.error_message();
+    EXPECT_EQ(answer.response().seq(), *seq + 1);
+    ASSERT_TRUE(stream.Read(&answer)) << "rank " << i;
+    EXPECT_EQ(answer.id(), 12u) << "rank " << i;
+    EXPECT_EQ(answer.error_code(),
+              static_cast<int>(absl::StatusCode::kDeadlineExceeded))
+        << answer.error_message();
+    EXPECT_THAT(answer.error_message(),
+                HasSubstr(absl::StrCat("waits behind seq ", *seq + 2)));
+    EXPECT_THAT(answer.error_message(), HasSubstr("withdrawn"));
+  }
+  for (auto& open : streams) {
+    ASSERT_TRUE(open->stream->WritesDone());
+    const grpc::Status ended = open->stream->Finish();
+    EXPECT_TRUE(ended.ok()) << ended.error_message();
+  }
+  for (const auto& r : wire.Release(everyone_, *seq + 2, *seq + 3)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  // The withdrawn op leaves its queue once the released seq before it is
+  // passed; a barrier after it says the executors got there.
+  client::Op barrier;
+  barrier.kind = OpKind::kBarrier;
+  for (const auto& r : client_->Collective(barrier)) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  // Only op 10 moved data: rank + 1 summed over the world.
+  const int sum = static_cast<int>(everyone_.size()) *
+                  (static_cast<int>(everyone_.size()) + 1) / 2;
+  ExpectFirstElements(
+      *client_, "y", [sum](int) { return sum; }, "op 10 did not run once");
+  ExpectTheWorldGoesOnAt(generation_);
+}
+
 }  // namespace
 }  // namespace ccl::failure_testing
