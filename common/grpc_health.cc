@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include "common/queue_streams.h"
+
 namespace ccl {
 
 void EnableHealthAndReflection() {

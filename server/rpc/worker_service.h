@@ -13,6 +13,7 @@
 
 #include "ccl/v1/worker.grpc.pb.h"
 #include "common/queue_server.h"
+#include "common/queue_streams.h"
 #include "common/timer_queue.h"
 #include "server/core/worker_core.h"
 #include "server/rpc/request_limits.h"
