@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -55,6 +56,11 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals) {
   options.coordinator = ResolveCoordinator(globals);
   options.timeout = *timeout;
   options.group = globals.group;
+  // "0": a unary Submit per op and rank, as before op streams (for a
+  // network path that does not carry long-lived streams well).
+  if (const char* streams = std::getenv("CCL_CLIENT_OP_STREAMS")) {
+    options.op_streams = std::string(streams) != "0";
+  }
   if (const char* poll = std::getenv("CCL_CLIENT_BUSY_POLL_US")) {
     options.busy_poll = std::chrono::microseconds(std::atoll(poll));
   }

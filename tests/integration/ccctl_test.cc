@@ -66,14 +66,16 @@ class CcctlTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  // Runs ccctl with `args` against the cluster (or `coordinator`).
-  Result Ccctl(const std::string& args, const std::string& coordinator = "") {
+  // Runs ccctl with `args` against the cluster (or `coordinator`), `env`
+  // ("NAME=value ...") in its environment.
+  Result Ccctl(const std::string& args, const std::string& coordinator = "",
+               const std::string& env = "") {
     auto binary = testing::BinaryPath("ccctl");
     EXPECT_TRUE(binary.ok()) << binary.status();
     const std::string out = (dir_ / "out").string(),
                       err = (dir_ / "err").string();
     const std::string command = absl::StrCat(
-        "CCCTL_STATE_DIR=", (dir_ / "state").string(), " ", *binary,
+        "CCCTL_STATE_DIR=", (dir_ / "state").string(), " ", env, " ", *binary,
         " --coordinator ",
         coordinator.empty() ? cluster_->coordinator_address() : coordinator,
         " ", args, " >", out, " 2>", err, " </dev/null");
@@ -128,6 +130,18 @@ TEST_F(CcctlTest, HelloWorldAllReducePrintsTenOnEveryRank) {
     EXPECT_EQ(entry["values"][0], 4.0);
     EXPECT_TRUE(entry.contains("time_us"));
     EXPECT_TRUE(entry.contains("rank"));
+  }
+  // The same with ops as unary calls, and with a client that polls.
+  for (const char* env :
+       {"CCL_CLIENT_OP_STREAMS=0", "CCL_CLIENT_BUSY_POLL_US=500"}) {
+    Result other = Ccctl("allreduce --op sum -o json", "", env);
+    ASSERT_EQ(other.exit_code, 0) << env << ": " << other.err;
+    int ranks = 0;
+    for (const auto& entry : nlohmann::json::parse(other.out)) {
+      EXPECT_EQ(entry["values"][0], 10.0) << env;
+      ++ranks;
+    }
+    EXPECT_EQ(ranks, 4) << env;
   }
 }
 
