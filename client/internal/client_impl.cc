@@ -216,48 +216,24 @@ void internal::ClientImpl::ReleaseAllSeqs() { windows_->ReleaseAll(); }
 
 std::vector<absl::StatusOr<v1::OpResponse>> internal::ClientImpl::SubmitOps(
     std::vector<v1::OpRequest> ops) {
-  auto unary = [&](const std::vector<int>& ranks,
-                   std::vector<v1::OpRequest> requests) {
-    return CallEach<v1::OpRequest, v1::OpResponse>(
-        ranks,
-        std::vector<absl::StatusOr<v1::OpRequest>>(
-            std::make_move_iterator(requests.begin()),
-            std::make_move_iterator(requests.end())),
-        &v1::Worker::StubInterface::async_interface::Submit,
-        [timeout = options.timeout](const v1::OpRequest& op) {
-          return OpDeadline(milliseconds(op.timeout_ms()), timeout);
-        });
-  };
-  if (!op_streams_) return unary(group_ranks, std::move(ops));
-  std::vector<std::chrono::system_clock::time_point> deadlines;
-  deadlines.reserve(ops.size());
-  for (const v1::OpRequest& op : ops) {
-    deadlines.push_back(
-        OpDeadline(milliseconds(op.timeout_ms()), options.timeout));
-  }
-  // Kept for ranks whose worker has no SubmitStream (an older build): those
-  // ops did not run there, and go again the unary way.
-  std::vector<v1::OpRequest> copies = ops;
-  auto results = op_streams_->Run(group_ranks, std::move(ops), deadlines);
-  std::vector<int> again_ranks;
-  std::vector<v1::OpRequest> again_ops;
-  std::vector<size_t> again_index;
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (!results[i].ok() &&
-        results[i].status().code() == absl::StatusCode::kUnimplemented &&
-        op_streams_->Unsupported(group_ranks[i])) {
-      again_ranks.push_back(group_ranks[i]);
-      again_ops.push_back(std::move(copies[i]));
-      again_index.push_back(i);
+  if (op_streams_) {
+    std::vector<std::chrono::system_clock::time_point> deadlines;
+    deadlines.reserve(ops.size());
+    for (const v1::OpRequest& op : ops) {
+      deadlines.push_back(
+          OpDeadline(milliseconds(op.timeout_ms()), options.timeout));
     }
+    return op_streams_->Run(group_ranks, std::move(ops), deadlines);
   }
-  if (!again_ranks.empty()) {
-    auto again = unary(again_ranks, std::move(again_ops));
-    for (size_t j = 0; j < again.size(); ++j) {
-      results[again_index[j]] = std::move(again[j]);
-    }
-  }
-  return results;
+  return CallEach<v1::OpRequest, v1::OpResponse>(
+      group_ranks,
+      std::vector<absl::StatusOr<v1::OpRequest>>(
+          std::make_move_iterator(ops.begin()),
+          std::make_move_iterator(ops.end())),
+      &v1::Worker::StubInterface::async_interface::Submit,
+      [timeout = options.timeout](const v1::OpRequest& op) {
+        return OpDeadline(milliseconds(op.timeout_ms()), timeout);
+      });
 }
 
 RankResults<OpResult> internal::ClientImpl::SubmitEach(

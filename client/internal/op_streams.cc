@@ -57,8 +57,7 @@ OpStreams::~OpStreams() {
   }
 }
 
-absl::StatusOr<OpStreams::Stream*> OpStreams::StreamOf(int rank,
-                                                       v1::Worker::Stub* stub) {
+OpStreams::Stream* OpStreams::StreamOf(int rank, v1::Worker::Stub* stub) {
   auto it = open_.find(rank);
   if (it != open_.end()) {
     if (it->second->open || it->second->start_pending) return it->second.get();
@@ -94,25 +93,20 @@ std::vector<absl::StatusOr<v1::OpResponse>> OpStreams::Run(
       slots[i].done = true;
       continue;
     }
-    auto stream = StreamOf(ranks[i], *stubs[i]);
-    if (!stream.ok()) {
-      slots[i].result = stream.status();
-      slots[i].done = true;
-      continue;
-    }
+    Stream* stream = StreamOf(ranks[i], *stubs[i]);
     const uint64_t id = next_id_++;
     slots[i].batch = &batch;
     ++batch.remaining;
-    (*stream)->waiting[id] = &slots[i];
-    sent[i] = {*stream, id};
-    v1::OpStreamRequest& request = (*stream)->to_write.emplace_back();
+    stream->waiting[id] = &slots[i];
+    sent[i] = {stream, id};
+    v1::OpStreamRequest& request = stream->to_write.emplace_back();
     request.set_id(id);
     *request.mutable_op() = std::move(ops[i]);
     request.set_deadline_ms(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::milliseconds>(deadlines[i] -
                                                                  now)
                .count()));
-    WriteNext(**stream);
+    WriteNext(*stream);
   }
   while (batch.remaining > 0) {
     const auto at = std::chrono::system_clock::now();
@@ -182,11 +176,6 @@ void OpStreams::WriteNext(Stream& stream) {
   stream.call->Write(stream.to_write.front(), &stream.written);
 }
 
-bool OpStreams::Unsupported(int rank) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return unsupported_.count(rank) > 0;
-}
-
 void OpStreams::Read(Stream& stream) {
   stream.reading = true;
   stream.call->Read(&stream.answer, &stream.read);
@@ -254,18 +243,19 @@ void OpStreams::Handle(Tag* tag, bool ok) {
       return;
     case Tag::kFinished: {
       const absl::Status ended = FromGrpcStatus(stream.status);
-      if (ended.code() == absl::StatusCode::kUnimplemented) {
-        unsupported_.insert(stream.rank);
-      }
-      for (auto& [id, slot] : stream.waiting) {
-        Complete(*slot, ended.code() == absl::StatusCode::kUnimplemented
-                            ? ended
-                            : absl::UnavailableError(absl::StrCat(
-                                  "the op stream to rank ", stream.rank,
-                                  " ended before the op's answer came: ",
-                                  ended.ok() ? "closed by the worker"
-                                             : ended.ToString())));
-      }
+      const absl::Status failed =
+          ended.code() == absl::StatusCode::kUnimplemented
+              ? absl::UnimplementedError(absl::StrCat(
+                    "rank ", stream.rank,
+                    "'s worker has no op stream (an older build?): ",
+                    ended.message(),
+                    ". Send ops as unary calls: ClientOptions::op_streams = "
+                    "false (ccctl: CCL_CLIENT_OP_STREAMS=0)"))
+              : absl::UnavailableError(absl::StrCat(
+                    "the op stream to rank ", stream.rank,
+                    " ended before the op's answer came: ",
+                    ended.ok() ? "closed by the worker" : ended.ToString()));
+      for (auto& [id, slot] : stream.waiting) Complete(*slot, failed);
       stream.waiting.clear();
       // Its last event: the stream goes (on this thread, a client's own).
       auto it = open_.find(stream.rank);

@@ -11,8 +11,8 @@
 // A stream that ends (its worker stopped, the connection broke) fails the ops
 // still waiting on it with UNAVAILABLE and its reason, and the next op to that
 // rank opens a new one, as a unary call would reconnect. A worker without
-// SubmitStream (an older build) makes Run answer UNIMPLEMENTED for it, before
-// any op was sent there, so the caller can submit those ops the unary way.
+// SubmitStream (an older build) fails the ops sent to it UNIMPLEMENTED, none
+// of them run, with a message that says how to send them as unary calls.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -24,7 +24,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,10 +50,6 @@ class OpStreams {
       const std::vector<int>& ranks, std::vector<v1::OpRequest> ops,
       const std::vector<std::chrono::system_clock::time_point>& deadlines);
 
-  // Whether the worker of `rank` refused SubmitStream as a method it does
-  // not have: its ops in Run failed UNIMPLEMENTED without running.
-  bool Unsupported(int rank);
-
  private:
   struct Stream;
   struct Batch;
@@ -75,7 +70,7 @@ class OpStreams {
   };
 
   // The stream of `rank`, opened if it has none or its last one ended.
-  absl::StatusOr<Stream*> StreamOf(int rank, v1::Worker::Stub* stub);
+  Stream* StreamOf(int rank, v1::Worker::Stub* stub);
   void Handle(Tag* tag, bool ok);
   void WriteNext(Stream& stream);
   void Read(Stream& stream);
@@ -98,7 +93,6 @@ class OpStreams {
   std::map<int, std::unique_ptr<Stream>> open_;
   // Streams that ended or were replaced, kept until their last event.
   std::vector<std::unique_ptr<Stream>> closing_;
-  std::set<int> unsupported_;
 };
 
 }  // namespace ccl::client::internal
