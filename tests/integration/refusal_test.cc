@@ -353,6 +353,42 @@ TEST_F(RefusalTest, UnparseableRequestsAndUnknownMethodsAreNamed) {
     }
     return status;
   };
+  // One bidirectional stream of `method` that writes `body` as its one
+  // message, reads until the server ends it, and returns how it ended.
+  auto stream_call = [](const std::string& address, const std::string& method,
+                        const std::string& body) {
+    grpc::GenericStub stub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    grpc::CompletionQueue queue;
+    // Each step's tag comes back before the next starts: one at a time.
+    auto step = [&queue](auto start) {
+      start(reinterpret_cast<void*>(1));
+      void* tag = nullptr;
+      bool ok = false;
+      EXPECT_TRUE(queue.Next(&tag, &ok));
+      return ok;
+    };
+    auto rpc = stub.PrepareCall(&context, method, &queue);
+    EXPECT_TRUE(step([&](void* tag) { rpc->StartCall(tag); }));
+    grpc::Slice slice(body.data(), body.size());
+    grpc::ByteBuffer request(&slice, 1);
+    step([&](void* tag) { rpc->Write(request, tag); });
+    step([&](void* tag) { rpc->WritesDone(tag); });
+    grpc::ByteBuffer response;
+    // No answer comes for a message that never parsed: the first read sees
+    // the end of the stream.
+    EXPECT_FALSE(step([&](void* tag) { rpc->Read(&response, tag); }));
+    grpc::Status status;
+    step([&](void* tag) { rpc->Finish(&status, tag); });
+    queue.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue.Next(&tag, &ok)) {
+    }
+    return status;
+  };
   // Field 1 as a length-delimited string longer than the body: no message.
   const std::string garbage("\x0a\x7f\x01\x02", 4);
   const std::string worker = client_->world().members.at(0).address;
@@ -378,6 +414,14 @@ TEST_F(RefusalTest, UnparseableRequestsAndUnknownMethodsAreNamed) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
   EXPECT_THAT(status.error_message(), HasSubstr("this server serves "
                                                 "ccl.v1.Coordinator"));
+  // The op stream: a message that does not parse ends that stream with the
+  // same naming, and nothing else.
+  status = stream_call(worker, "/ccl.v1.Worker/SubmitStream", garbage);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("/ccl.v1.Worker/SubmitStream does not parse as a "
+                        "ccl.v1.OpStreamRequest message"));
   // A request that parses still works on the same server.
   status = call(worker, "/ccl.v1.Worker/GetInfo", "");
   EXPECT_TRUE(status.ok()) << status.error_message();
