@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/elapsed.h"
 #include "common/secrets.h"
 #include "common/unique_id_plan.h"
 #include "common/world_keys.h"
@@ -24,10 +25,6 @@ constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(24);
 // Up to this size every registration is logged at info; above it, every
 // sixteenth of the world, so that forming 16k ranks does not write 16k lines.
 constexpr int kLoggedWorldSize = 256;
-
-int64_t ToMillis(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
 
 }  // namespace
 

@@ -4,18 +4,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/elapsed.h"
 #include "common/world_keys.h"
 #include "coordinator/coordinator_core.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl::coordinator {
-namespace {
-
-int64_t ToMillis(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-}  // namespace
 
 HeartbeatTiming CoordinatorCore::Timing() const {
   return AdaptHeartbeat(options_.heartbeat_interval, options_.heartbeat_timeout,

@@ -23,7 +23,7 @@ constexpr int kClockProbes = 5;
 double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 double Round1(double v) { return std::round(v * 10.0) / 10.0; }
 
-std::string KindName(const OpRecord& record) {
+std::string TraceKindName(const OpRecord& record) {
   return record.kind ? std::string(OpKindName(*record.kind)) : "op?";
 }
 
@@ -31,10 +31,10 @@ std::string StateName(WorkState state) {
   return state == WorkState::kUnknown ? "unspecified" : WorkStateName(state);
 }
 
-bool Is(const OpRecord& record, OpKind kind) { return record.kind == kind; }
+bool IsKind(const OpRecord& record, OpKind kind) { return record.kind == kind; }
 bool Rooted(const OpRecord& r) { return r.kind && HasRoot(*r.kind); }
 bool PointToPoint(const OpRecord& r) {
-  return Is(r, OpKind::kSend) || Is(r, OpKind::kRecv);
+  return IsKind(r, OpKind::kSend) || IsKind(r, OpKind::kRecv);
 }
 bool Reduction(const OpRecord& r) { return r.kind && IsReduction(*r.kind); }
 
@@ -119,7 +119,7 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
     for (const OpRecord& record : entry.log.records) {
       // A nop only takes a seq on a rank with no part in a p2p op; a record
       // without a time was refused before it was queued.
-      if (Is(record, OpKind::kNop)) continue;
+      if (IsKind(record, OpKind::kNop)) continue;
       if (record.timing.enqueued_unix_us <= 0) continue;
       const double enqueued =
           static_cast<double>(record.timing.enqueued_unix_us) - offset;
@@ -177,7 +177,7 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
       });
   for (Slice& s : slices) {
     const OpRecord& r = *s.record;
-    const std::string kind = KindName(r);
+    const std::string kind = TraceKindName(r);
     const bool failed = r.state == WorkState::kFailed;
     const bool running =
         r.state == WorkState::kQueued || r.state == WorkState::kRunning;
@@ -277,10 +277,10 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
     }
     if (p2p) {
       for (const Slice* send : members_of_op) {
-        if (!Is(*send->record, OpKind::kSend)) continue;
+        if (!IsKind(*send->record, OpKind::kSend)) continue;
         const int peer = ToWorld(*send->ranks, send->record->peer);
         for (const Slice* recv : members_of_op) {
-          if (Is(*recv->record, OpKind::kRecv) && recv->rank == peer) {
+          if (IsKind(*recv->record, OpKind::kRecv) && recv->rank == peer) {
             arrow(*send, *recv, group, seq);
           }
         }

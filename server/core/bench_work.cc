@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/elapsed.h"
 #include "common/status_macros.h"
 #include "server/check/bench_check.h"
 #include "server/comm/op_fingerprint.h"
@@ -13,11 +14,6 @@ namespace ccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double MicrosSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start)
-      .count();
-}
 
 }  // namespace
 

@@ -3,15 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/elapsed.h"
 
 namespace ccl {
 namespace {
-
-double MicrosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now() - start)
-      .count();
-}
 
 bool IsDone(WorkState state) {
   return state == WorkState::kCompleted || state == WorkState::kFailed;

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/elapsed.h"
 #include "common/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -232,11 +233,6 @@ absl::Status FromEnforce(const std::string& where, const char* what) {
         absl::StrCat(message, " (the connection to a peer failed)"));
   }
   return absl::InternalError(message);
-}
-
-double MicrosSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start)
-      .count();
 }
 
 }  // namespace
