@@ -253,7 +253,7 @@ void ConformanceTest::Check(const Case& c) {
   const std::string result_name = c.in_place ? in : out;
   const double tolerance = Tolerance(c.dtype);
   // One rank's values of one element, reused: 64 MiB cases have 16M elements,
-  // and an allocation per element is most of their time under ASan.
+  // and an allocation per element cost seconds (more under ASan).
   std::vector<double> column;
   column.reserve(w);
   // What a rank should hold; the same on every rank except where each gets

@@ -330,51 +330,60 @@ TEST_F(RefusalTest, ASplitQueuedBehindAnotherSeqIsAnsweredBeforeItsDeadline) {
 // should have been, or what the server serves), not gRPC's bare INTERNAL or
 // an empty UNIMPLEMENTED; every daemon lives on and the world goes on.
 TEST_F(RefusalTest, UnparseableRequestsAndUnknownMethodsAreNamed) {
+  // What one raw call needs: a stub, a context with a deadline, a completion
+  // queue (drained when it goes), and `body` as one message.
+  struct RawCall {
+    RawCall(const std::string& address, const std::string& body)
+        : stub(
+              grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
+          slice(body.data(), body.size()),
+          message(&slice, 1) {
+      context.set_deadline(std::chrono::system_clock::now() + seconds(10));
+    }
+    ~RawCall() {
+      queue.Shutdown();
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue.Next(&tag, &ok)) {
+      }
+    }
+    grpc::GenericStub stub;
+    grpc::ClientContext context;
+    grpc::CompletionQueue queue;
+    grpc::Slice slice;
+    grpc::ByteBuffer message;
+  };
   // One unary call of `method` with `body` as its request bytes.
   auto call = [](const std::string& address, const std::string& method,
                  const std::string& body) {
-    grpc::GenericStub stub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    grpc::CompletionQueue queue;
-    grpc::Slice slice(body.data(), body.size());
-    grpc::ByteBuffer request(&slice, 1);
-    auto rpc = stub.PrepareUnaryCall(&context, method, request, &queue);
+    RawCall raw(address, body);
+    auto rpc = raw.stub.PrepareUnaryCall(&raw.context, method, raw.message,
+                                         &raw.queue);
     rpc->StartCall();
     grpc::ByteBuffer response;
     grpc::Status status;
     rpc->Finish(&response, &status, reinterpret_cast<void*>(1));
     void* tag = nullptr;
     bool ok = false;
-    EXPECT_TRUE(queue.Next(&tag, &ok));
-    queue.Shutdown();
-    while (queue.Next(&tag, &ok)) {
-    }
+    EXPECT_TRUE(raw.queue.Next(&tag, &ok));
     return status;
   };
   // One bidirectional stream of `method` that writes `body` as its one
   // message, reads until the server ends it, and returns how it ended.
   auto stream_call = [](const std::string& address, const std::string& method,
                         const std::string& body) {
-    grpc::GenericStub stub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + seconds(10));
-    grpc::CompletionQueue queue;
+    RawCall raw(address, body);
     // Each step's tag comes back before the next starts: one at a time.
-    auto step = [&queue](auto start) {
+    auto step = [&raw](auto start) {
       start(reinterpret_cast<void*>(1));
       void* tag = nullptr;
       bool ok = false;
-      EXPECT_TRUE(queue.Next(&tag, &ok));
+      EXPECT_TRUE(raw.queue.Next(&tag, &ok));
       return ok;
     };
-    auto rpc = stub.PrepareCall(&context, method, &queue);
+    auto rpc = raw.stub.PrepareCall(&raw.context, method, &raw.queue);
     EXPECT_TRUE(step([&](void* tag) { rpc->StartCall(tag); }));
-    grpc::Slice slice(body.data(), body.size());
-    grpc::ByteBuffer request(&slice, 1);
-    step([&](void* tag) { rpc->Write(request, tag); });
+    step([&](void* tag) { rpc->Write(raw.message, tag); });
     step([&](void* tag) { rpc->WritesDone(tag); });
     grpc::ByteBuffer response;
     // No answer comes for a message that never parsed: the first read sees
@@ -382,11 +391,6 @@ TEST_F(RefusalTest, UnparseableRequestsAndUnknownMethodsAreNamed) {
     EXPECT_FALSE(step([&](void* tag) { rpc->Read(&response, tag); }));
     grpc::Status status;
     step([&](void* tag) { rpc->Finish(&status, tag); });
-    queue.Shutdown();
-    void* tag = nullptr;
-    bool ok = false;
-    while (queue.Next(&tag, &ok)) {
-    }
     return status;
   };
   // Field 1 as a length-delimited string longer than the body: no message.
