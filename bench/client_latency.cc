@@ -24,10 +24,6 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,12 +40,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/child_servers.h"
 #include "ccl/v1/worker.grpc.pb.h"
 #include "client/cluster_client.h"
 #include "common/grpc_errors.h"
 #include "common/grpc_health.h"
-
-extern char** environ;
 
 namespace {
 
@@ -184,8 +179,7 @@ int ServeStreamEcho() {
       builder.AddCompletionQueue();
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return 1;
-  std::printf("%d\n", port);
-  std::fflush(stdout);
+  ccl::bench::AnnouncePort(port);
   // One stream at a time is all the bench opens per server; tags say which
   // step completed: the stream's arrival, a read, or a write.
   enum Step : intptr_t { kArrived = 1, kRead, kWritten };
@@ -238,8 +232,7 @@ int ServeNoop(const ServerKind& kind) {
   if (kind.api == "queue") queue = builder.AddCompletionQueue();
   auto server = builder.BuildAndStart();
   if (!server || port == 0) return 1;
-  std::printf("%d\n", port);
-  std::fflush(stdout);
+  ccl::bench::AnnouncePort(port);
   if (!queue) {
     server->Wait();
     return 0;
@@ -273,60 +266,6 @@ int ServeNoop(const ServerKind& kind) {
   }
   return 0;
 }
-
-// `count` no-op servers in their own processes; killed when this goes.
-class NoopServers {
- public:
-  NoopServers(int count, const std::string& kind) {
-    for (int i = 0; i < count; ++i) {
-      int out[2];
-      if (pipe(out) != 0) return;
-      posix_spawn_file_actions_t actions;
-      posix_spawn_file_actions_init(&actions);
-      posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-      posix_spawn_file_actions_addclose(&actions, out[0]);
-      char self[] = "/proc/self/exe";
-      char flag[] = "--noop-server";
-      std::string kind_arg = kind;
-      char* args[] = {self, flag, kind_arg.data(), nullptr};
-      pid_t pid = 0;
-      const int spawned =
-          posix_spawn(&pid, self, &actions, nullptr, args, environ);
-      posix_spawn_file_actions_destroy(&actions);
-      close(out[1]);
-      if (spawned != 0) {
-        close(out[0]);
-        return;
-      }
-      pids_.push_back(pid);
-      char line[32] = {};
-      FILE* from_child = fdopen(out[0], "r");
-      if (from_child == nullptr) {
-        close(out[0]);
-        return;
-      }
-      const bool got = std::fgets(line, sizeof(line), from_child) != nullptr;
-      std::fclose(from_child);
-      if (!got || std::atoi(line) <= 0) return;
-      addresses_.push_back("127.0.0.1:" + std::to_string(std::atoi(line)));
-    }
-  }
-  ~NoopServers() {
-    for (pid_t pid : pids_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-  // Empty unless every server came up.
-  std::vector<std::string> addresses() const {
-    return addresses_.size() == pids_.size() ? addresses_
-                                             : std::vector<std::string>{};
-  }
-
- private:
-  std::vector<pid_t> pids_;
-  std::vector<std::string> addresses_;
-};
 
 // One GetInfo to each address at once on the callback API, as the client
 // library fans out; microseconds per round, `iters` rounds after a warm-up.
@@ -596,14 +535,16 @@ int main(int argc, char** argv) {
                                           "queue", "queue+worker"};
   std::vector<std::vector<double>> floor_us(kinds.size());
   for (size_t k = 0; k < kinds.size(); ++k) {
-    NoopServers servers(static_cast<int>(ranks.size()), kinds[k]);
+    ccl::bench::ChildServers servers(static_cast<int>(ranks.size()),
+                                     {"--noop-server", kinds[k]});
     if (!servers.addresses().empty()) {
       floor_us[k] = BareFanOut(servers.addresses(), iters);
     }
   }
   std::vector<double> stream_us;
   {
-    NoopServers servers(static_cast<int>(ranks.size()), "stream");
+    ccl::bench::ChildServers servers(static_cast<int>(ranks.size()),
+                                     {"--noop-server", "stream"});
     if (!servers.addresses().empty()) {
       stream_us = StreamFanOut(servers.addresses(), iters);
     }
