@@ -4,9 +4,12 @@
 
 namespace ccl {
 
-void KeepLargeBuffersOutOfTheHeap() {
+void ApplyWorkerHeapPolicy() {
 #ifdef M_MMAP_THRESHOLD
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
+#ifdef M_TRIM_THRESHOLD
+  mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
 #endif
 }
 

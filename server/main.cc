@@ -88,7 +88,7 @@ class StopSignal {
 
 int main(int argc, char** argv) {
   ccl::PrepareDaemonProcess(argv[0]);
-  ccl::KeepLargeBuffersOutOfTheHeap();
+  ccl::ApplyWorkerHeapPolicy();
   CLI::App app{"ccworker: a collective-communication worker daemon"};
   std::string default_coordinator = EnvOr("CCL_COORDINATOR", "");
   if (default_coordinator.empty() && std::getenv("MASTER_ADDR")) {
