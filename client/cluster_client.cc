@@ -285,12 +285,18 @@ absl::StatusOr<TensorInfo> ClusterClient::Write(int rank,
                                                 const std::string& name,
                                                 int64_t offset_bytes,
                                                 const std::string& bytes) {
-  return Single(Write({TensorWrite{rank, name, offset_bytes, bytes}}));
+  return Single(
+      WriteTensors(*impl_, {TensorWriteRef{rank, &name, offset_bytes, bytes}}));
 }
 
 RankResults<TensorInfo> ClusterClient::Write(
     const std::vector<TensorWrite>& writes) {
-  return WriteTensors(*impl_, writes);
+  std::vector<TensorWriteRef> refs;
+  refs.reserve(writes.size());
+  for (const TensorWrite& write : writes) {
+    refs.push_back({write.rank, &write.name, write.offset_bytes, write.bytes});
+  }
+  return WriteTensors(*impl_, refs);
 }
 
 absl::StatusOr<std::string> ClusterClient::Read(int rank,

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ccl/v1/worker.grpc.pb.h"
@@ -186,9 +187,17 @@ struct ClientImpl {
 
 }  // namespace internal
 
-// Tensor bytes, one stream per rank, all at once (tensor_streams.cc).
+// Tensor bytes, one stream per rank, all at once (tensor_streams.cc). A
+// write refers to the caller's bytes, which outlive the call: a tensor is
+// not copied on its way to the wire but chunk by chunk.
+struct TensorWriteRef {
+  int rank = 0;
+  const std::string* name = nullptr;
+  int64_t offset_bytes = 0;
+  std::string_view bytes;
+};
 RankResults<TensorInfo> WriteTensors(internal::ClientImpl& impl,
-                                     const std::vector<TensorWrite>& writes);
+                                     const std::vector<TensorWriteRef>& writes);
 RankResults<std::string> ReadTensors(internal::ClientImpl& impl,
                                      const std::vector<int>& ranks,
                                      const std::string& name, int64_t offset,

@@ -1,5 +1,7 @@
 // Tensor bytes in and out: one stream per rank, all in flight together on
 // the callback API's reactors, the caller's thread waiting for the lot.
+#include <algorithm>
+#include <exception>
 #include <memory>
 #include <utility>
 
@@ -16,8 +18,8 @@ constexpr size_t kChunkBytes = 1 << 20;
 // (see fan_out.h for why no completion may own a context).
 class WriteCall final : public grpc::ClientWriteReactor<v1::WriteTensorChunk> {
  public:
-  WriteCall(TensorWrite write, internal::Countdown* countdown)
-      : write_(std::move(write)), countdown_(countdown) {}
+  WriteCall(const TensorWriteRef& write, internal::Countdown* countdown)
+      : write_(write), countdown_(countdown) {}
 
   void Start(v1::Worker::Stub* stub,
              std::chrono::system_clock::time_point deadline) {
@@ -41,13 +43,14 @@ class WriteCall final : public grpc::ClientWriteReactor<v1::WriteTensorChunk> {
   }
 
  private:
-  // The first chunk names the tensor; an empty write still sends it.
+  // The first chunk names the tensor; an empty write still sends it. The
+  // chunk's buffer is reused: Clear keeps a string field's capacity.
   void WriteNext() {
     chunk_.Clear();
-    if (sent_ == 0) chunk_.set_name(write_.name);
+    if (sent_ == 0) chunk_.set_name(*write_.name);
     chunk_.set_offset_bytes(write_.offset_bytes + static_cast<int64_t>(sent_));
     const size_t n = std::min(kChunkBytes, write_.bytes.size() - sent_);
-    chunk_.set_data(write_.bytes.substr(sent_, n));
+    chunk_.mutable_data()->assign(write_.bytes.data() + sent_, n);
     sent_ += n;
     if (sent_ >= write_.bytes.size()) {
       StartWriteLast(&chunk_, grpc::WriteOptions());
@@ -56,7 +59,7 @@ class WriteCall final : public grpc::ClientWriteReactor<v1::WriteTensorChunk> {
     }
   }
 
-  const TensorWrite write_;
+  const TensorWriteRef write_;
   internal::Countdown* const countdown_;
   grpc::ClientContext context_;
   v1::WriteTensorChunk chunk_;
@@ -84,6 +87,15 @@ class ReadCall final : public grpc::ClientReadReactor<v1::ReadTensorChunk> {
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream ended; OnDone follows
+    if (bytes_.empty() && chunk_.total_bytes() > 0) {
+      // Sized once from the first chunk (a worker before total_bytes sends
+      // 0: the string grows as before). A size this process cannot hold
+      // leaves it growing, and the read fails as it would have anyway.
+      try {
+        bytes_.reserve(static_cast<size_t>(chunk_.total_bytes()));
+      } catch (const std::exception&) {
+      }
+    }
     bytes_ += chunk_.data();
     StartRead(&chunk_);
   }
@@ -135,8 +147,8 @@ std::vector<absl::StatusOr<Result>> RunEach(internal::ClientImpl& impl,
 
 }  // namespace
 
-RankResults<TensorInfo> WriteTensors(internal::ClientImpl& impl,
-                                     const std::vector<TensorWrite>& writes) {
+RankResults<TensorInfo> WriteTensors(
+    internal::ClientImpl& impl, const std::vector<TensorWriteRef>& writes) {
   std::vector<int> ranks;
   for (const auto& write : writes) ranks.push_back(write.rank);
   auto results = RunEach<WriteCall, v1::TensorInfo>(

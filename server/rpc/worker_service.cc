@@ -53,6 +53,7 @@ class TensorChunks final : public StreamSource {
     chunk_.Clear();
     chunk_.set_dtype(ToProto(dtype_));
     chunk_.set_offset_bytes(next_ * element_bytes_);
+    if (first_) chunk_.set_total_bytes((end_ - next_) * element_bytes_);
     std::string* data = chunk_.mutable_data();
     data->reserve(static_cast<size_t>(count * element_bytes_));
     if (count > 0 || first_) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
 #include "gtest/gtest.h"
+#include "tests/testing/client_wire.h"
 #include "tests/testing/local_cluster.h"
 
 namespace ccl {
@@ -86,6 +87,44 @@ TEST(WorkerLifecycleTest, TensorsLargerThanAnyMessageStreamInChunks) {
   // Out of range is refused, not truncated.
   EXPECT_FALSE((*client)->Read(1, "big", n, 1).ok());
   EXPECT_FALSE((*client)->Write(1, "big", n * 4 - 2, "abcd").ok());
+
+  // On the wire: the first chunk says how many bytes the whole read
+  // carries (the reader sizes its buffer once), the others do not.
+  testing::ClientWire wire(**client);
+  auto stub = wire.Worker(1);
+  ASSERT_TRUE(stub.ok());
+  v1::ReadTensorRequest request;
+  request.set_name("big");
+  request.set_offset(10);
+  request.set_count((3 << 20) / 4 + 5);  // three chunks and a bit
+  auto context = wire.Context();
+  auto reader = (*stub)->ReadTensor(context.get(), request);
+  v1::ReadTensorChunk chunk;
+  std::vector<int64_t> totals;
+  std::string streamed;
+  while (reader->Read(&chunk)) {
+    totals.push_back(chunk.total_bytes());
+    streamed += chunk.data();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_EQ(totals.size(), 4u);
+  EXPECT_EQ(totals[0], request.count() * 4);
+  EXPECT_EQ(totals[1] + totals[2] + totals[3], 0);
+  EXPECT_TRUE(streamed == bytes.substr(40, request.count() * 4));
+
+  // Several ranks at once, each at its own offset, from the caller's bytes.
+  for (const auto& r : (*client)->Alloc({0, 1}, Float32("pair", 4))) {
+    ASSERT_TRUE(r.result.ok()) << r.result.status();
+  }
+  const std::string first(8, '\x11'), second(12, '\x22');
+  auto pair = (*client)->Write({{0, "pair", 0, first}, {1, "pair", 4, second}});
+  ASSERT_EQ(pair.size(), 2u);
+  for (const auto& r : pair) ASSERT_TRUE(r.result.ok()) << r.result.status();
+  auto back0 = (*client)->Read(0, "pair", 0, 0);
+  auto back1 = (*client)->Read(1, "pair", 0, 0);
+  ASSERT_TRUE(back0.ok() && back1.ok());
+  EXPECT_TRUE(*back0 == first + std::string(8, '\0'));
+  EXPECT_TRUE(*back1 == std::string(4, '\0') + second);
 }
 
 TEST(WorkerLifecycleTest, UnmatchedRecvFailsInBoundedTimeAndTheWorkerServes) {
