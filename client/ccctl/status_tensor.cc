@@ -1,7 +1,7 @@
 // ccctl status and ccctl tensor alloc|write|read|free|ls.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -165,18 +165,34 @@ int Write(Globals& globals, const WriteArgs& args) {
   if (!client.ok()) return Fail(client.status());
   if (auto s = (*client)->CheckRanks({args.rank}); !s.ok())
     return Fail(s, true);
-  auto summary = (*client)->Summarize(args.rank, args.name, 0);
-  if (!summary.ok()) return Fail(summary.status());
-  const DType dtype = summary->info.dtype;
+  // The dtype from the tensor list, not a SummarizeTensor: that one folds
+  // the whole tensor (0.17 s of a 64 MiB write's 2 s) for a field.
+  auto listed = (*client)->List(args.rank);
+  if (!listed.ok()) return Fail(listed.status());
+  auto meta = std::find_if(
+      listed->tensors.begin(), listed->tensors.end(),
+      [&](const TensorInfo& info) { return info.name == args.name; });
+  if (meta == listed->tensors.end()) {
+    return Fail(absl::NotFoundError(absl::StrCat(
+        "rank ", args.rank, ": no tensor named '", args.name, "'")));
+  }
+  const DType dtype = meta->dtype;
   const size_t element = DTypeSize(dtype);
   std::string bytes;
   if (!args.file.empty()) {
-    std::ifstream in(args.file, std::ios::binary);
+    std::ifstream in(args.file, std::ios::binary | std::ios::ate);
     if (!in) {
       return Fail(absl::NotFoundError(absl::StrCat("cannot read ", args.file)),
                   true);
     }
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
+    // One read of the whole file (an istreambuf_iterator goes a byte at a
+    // time).
+    bytes.resize(static_cast<size_t>(in.tellg()));
+    in.seekg(0);
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+      return Fail(absl::DataLossError(absl::StrCat("cannot read ", args.file)),
+                  true);
+    }
   } else {
     auto encoded = EncodeValues(dtype, args.values);
     if (!encoded.ok()) return Fail(encoded.status(), true);
