@@ -21,7 +21,7 @@ set(_ccl_pytest_env
   "CCL_BINARY_CCCTL=$<TARGET_FILE:ccctl>"
   "CCL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 # suite:label
-foreach(_suite dtypes:unit world_view:unit ops:integration groups:integration
+foreach(_suite dtypes:unit world_view:unit seq_windows:unit ops:integration groups:integration
     errors:integration trace:integration bench:integration
     examples:integration security:integration install:integration
     cluster:integration)

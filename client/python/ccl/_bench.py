@@ -66,7 +66,7 @@ def parse_size(value):
 
 
 def _bench_all(client, group, requests, iters, warmup):
-    seq, generation = client._reserve(group.name)
+    seq, generation = client._reserve(group)
     deadline = None
     for req in requests.values():
         op = req.op

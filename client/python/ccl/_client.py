@@ -2,8 +2,9 @@
 
 A Client finds the workers through the coordinator, takes one sequence
 number per op from it (so that any number of clients can drive one cluster
-without the ranks disagreeing on the order) and sends the op to every rank
-of the group at once. Ranks given to and reported by the client (src, dst,
+without the ranks disagreeing on the order; reserved ahead in windows, so a
+loop of ops does not ask the coordinator each time: _seqs.py) and sends the
+op to every rank of the group at once. Ranks given to and reported by the client (src, dst,
 the keys of per-rank results) are world ranks, as torch's global ranks,
 whatever the group.
 """
@@ -20,6 +21,7 @@ import numpy as np
 from ccl import _dtypes
 from ccl._channels import Security, resolve_coordinator
 from ccl._errors import CclError, combine, from_rpc_error, invalid
+from ccl._seqs import SequenceWindows
 from ccl.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from ccl.v1 import worker_pb2, worker_pb2_grpc
 
@@ -49,6 +51,9 @@ class Client:
         self._pool = None
         self._closed = False
         self._prefix = f"py.{os.getpid()}."
+        self._seqs = SequenceWindows(self._reserve_range, self._release_seqs)
+        self._seq_ranks = {}
+        self._releases = []
         self._coord_channel = self._security.channel(self.coordinator)
         self._coord = coordinator_pb2_grpc.CoordinatorStub(self._coord_channel)
         try:
@@ -466,14 +471,14 @@ class Client:
             raise invalid(f"ranks {ranks} repeat a rank")
         name = name or f"{self._prefix}g{next(_names)}"
         seconds = _seconds(timeout, self.timeout)
-        seq, generation = self._reserve("world")
+        world = Group("world", self._world_ranks())
+        seq, generation = self._reserve(world)
         # The generation the seq belongs to: a worker still forming it
         # waits, instead of meeting that seq of the generation before.
         request = worker_pb2.CreateGroupRequest(
             name=name, ranks=ranks, seq=seq, generation=generation)
-        self._unary_all("CreateGroup",
-                        {r: request for r in self._world_ranks()},
-                        seconds + RPC_MARGIN_S)
+        self._at_seq(world, "CreateGroup", {r: request for r in world.ranks},
+                     seconds + RPC_MARGIN_S)
         return Group(name, ranks)
 
     def destroy_group(self, group, timeout=None):
@@ -492,14 +497,21 @@ class Client:
 
     # -- ops ---------------------------------------------------------------
 
-    def _reserve(self, group_name):
-        """The next seq of a group, in the coordinator's current generation
-        (refreshing the world when it moved on)."""
+    def _reserve(self, group):
+        """(seq, generation): the next seq of `group` (a Group) for this
+        client alone, from its window or the coordinator."""
         if self._closed:
             raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
                            "this client is closed; connect again")
+        with self._lock:
+            self._seq_ranks[group.name] = list(group.ranks)
+        return self._seqs.take(group.name, self._world.generation)
+
+    def _reserve_range(self, group_name, count):
+        """`count` fresh seqs of a group from the coordinator, in its current
+        generation (refreshing the world when it moved on)."""
         request = coordinator_pb2.ReserveSequenceRequest(
-            generation=0, group=group_name, count=1)
+            generation=0, group=group_name, count=count)
         try:
             reply = self._coord.ReserveSequence(request, timeout=self.timeout)
         except grpc.RpcError as e:
@@ -509,14 +521,44 @@ class Client:
             self.refresh()
         return reply.first, reply.generation
 
+    def _release_seqs(self, group_name, generation, begin, end):
+        """Tells the group's workers that [begin, end) will carry no op, so
+        another client's ops behind them need not wait. Called under the
+        windows' lock: starts the calls and returns. A worker that misses
+        it skips the seqs after its gap timeout, as for a client that died
+        holding them."""
+        with self._lock:
+            ranks = self._seq_ranks.get(group_name, [])
+            self._releases = [f for f in self._releases if not f.done()]
+        request = worker_pb2.ReleaseSequenceRequest(
+            group=group_name, generation=generation, begin=begin, end=end)
+        for rank in ranks:
+            try:
+                future = self._worker(rank).ReleaseSequence.future(
+                    request, timeout=self.timeout)
+            except (CclError, ValueError, RuntimeError):
+                continue  # closed, or a rank that left the world
+            with self._lock:
+                self._releases.append(future)
+
+    def _at_seq(self, group, method, per_rank, timeout):
+        """One call per rank at a seq of `group`; a failure drops the
+        group's window (SequenceWindows.drop says why)."""
+        try:
+            return self._unary_all(method, per_rank, timeout)
+        except CclError:
+            self._seqs.drop(group.name)
+            raise
+
     def _submit(self, kind, group, per_rank, async_op, timeout):
         seconds = _seconds(timeout, self.timeout)
-        seq, generation = self._reserve(group.name)
+        seq, generation = self._reserve(group)
         for req in per_rank.values():
             req.seq, req.group, req.generation = seq, group.name, generation
             req.timeout_ms = int(seconds * 1000)
             setattr(req, "async", bool(async_op))
-        replies = self._unary_all("Submit", per_rank, seconds + RPC_MARGIN_S)
+        replies = self._at_seq(group, "Submit", per_rank,
+                               seconds + RPC_MARGIN_S)
         return Work(self, kind, group.name, seq, replies, async_op)
 
     def _op(self, kind, name, group, *, input, output=None, root=None,
@@ -719,6 +761,16 @@ class Client:
                 t.free()
             except CclError:
                 pass  # a worker that is gone has nothing left to free
+        # Unused seqs go back while the channels are open; their calls are
+        # waited for (a worker that is gone makes its call fail, not hang).
+        self._seqs.release_all()
+        with self._lock:
+            releases, self._releases = self._releases, []
+        for future in releases:
+            try:
+                future.result()
+            except grpc.RpcError:
+                pass
         self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)

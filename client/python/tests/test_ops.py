@@ -360,3 +360,44 @@ def test_client_rounding_matches_worker_fill(client, dtype):
                     mine.read(r, raw=True).view(np.uint8),
                     filled.read(r, raw=True).view(np.uint8),
                     err_msg=f"{dtype} rank {r}")
+
+
+def test_a_loop_reserves_ahead_and_another_client_does_not_wait_for_it(
+        cluster, client):
+    # A loop of ops takes its seqs from windows that grow, so it holds
+    # seqs it has not used when it stops; another client's op comes after
+    # them and must not wait for the workers' gap timeout (30 s): the idle
+    # window goes back within its linger. The other client's timeout (10 s)
+    # is the test's bound.
+    with client.ones(4) as t:
+        for _ in range(12):
+            client.all_reduce(t)
+        begin, end = client._seqs.held("world")
+        assert begin < end, "the loop should hold reserved seqs"
+        with ccl.Client(cluster.coordinator, timeout=10) as other:
+            with other.ones(4) as u:
+                other.all_reduce(u)
+                for got in u.read().values():
+                    np.testing.assert_allclose(got, WORKERS)
+        # Both clients' seqs were all run or given back: the first client's
+        # next op goes through as well.
+        client.all_reduce(t)
+        expected = WORKERS ** 13
+        for got in t.read().values():
+            np.testing.assert_allclose(got, expected)
+
+
+def test_a_failed_op_gives_its_groups_window_back(client):
+    with client.ones(4) as t:
+        for _ in range(4):
+            client.all_reduce(t)
+        begin, end = client._seqs.held("world")
+        assert begin < end
+        with pytest.raises(ccl.CclError) as e:
+            client.all_reduce("no-such-tensor")
+        assert e.value.code_name == "NOT_FOUND"
+        begin, end = client._seqs.held("world")
+        assert begin == end
+        client.all_reduce(t)
+        for got in t.read().values():
+            np.testing.assert_allclose(got, WORKERS ** 5)
