@@ -17,7 +17,7 @@
 // threads) and faulted in again, page by page, for the next chunk: reading
 // 64 MiB from a worker on loopback took 190-300 ms against 30-40 ms with a
 // 32 MiB trim threshold (8 MiB was not enough: gRPC keeps a flow-control
-// window of chunks in flight), bench/results/tensor_transfer_cpu_2026-12-04.md.
+// window of chunks in flight), bench/results/tensor_transfer_2026-12-04.md.
 #pragma once
 
 namespace ccl {
