@@ -21,7 +21,7 @@ import numpy as np
 from ccl import _dtypes
 from ccl._channels import Security, resolve_coordinator
 from ccl._errors import CclError, combine, from_rpc_error, invalid
-from ccl._seqs import SequenceWindows
+from ccl._seqs import ClientSequences
 from ccl.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from ccl.v1 import worker_pb2, worker_pb2_grpc
 
@@ -51,9 +51,7 @@ class Client:
         self._pool = None
         self._closed = False
         self._prefix = f"py.{os.getpid()}."
-        self._seqs = SequenceWindows(self._reserve_range, self._release_seqs)
-        self._seq_ranks = {}
-        self._releases = []
+        self._seqs = ClientSequences(self)
         self._coord_channel = self._security.channel(self.coordinator)
         self._coord = coordinator_pb2_grpc.CoordinatorStub(self._coord_channel)
         try:
@@ -503,43 +501,7 @@ class Client:
         if self._closed:
             raise CclError(grpc.StatusCode.FAILED_PRECONDITION,
                            "this client is closed; connect again")
-        with self._lock:
-            self._seq_ranks[group.name] = list(group.ranks)
-        return self._seqs.take(group.name, self._world.generation)
-
-    def _reserve_range(self, group_name, count):
-        """`count` fresh seqs of a group from the coordinator, in its current
-        generation (refreshing the world when it moved on)."""
-        request = coordinator_pb2.ReserveSequenceRequest(
-            generation=0, group=group_name, count=count)
-        try:
-            reply = self._coord.ReserveSequence(request, timeout=self.timeout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, prefix=f"coordinator {self.coordinator}: "
-                                 ) from None
-        if reply.generation != self._world.generation:
-            self.refresh()
-        return reply.first, reply.generation
-
-    def _release_seqs(self, group_name, generation, begin, end):
-        """Tells the group's workers that [begin, end) will carry no op, so
-        another client's ops behind them need not wait. Called under the
-        windows' lock: starts the calls and returns. A worker that misses
-        it skips the seqs after its gap timeout, as for a client that died
-        holding them."""
-        with self._lock:
-            ranks = self._seq_ranks.get(group_name, [])
-            self._releases = [f for f in self._releases if not f.done()]
-        request = worker_pb2.ReleaseSequenceRequest(
-            group=group_name, generation=generation, begin=begin, end=end)
-        for rank in ranks:
-            try:
-                future = self._worker(rank).ReleaseSequence.future(
-                    request, timeout=self.timeout)
-            except (CclError, ValueError, RuntimeError):
-                continue  # closed, or a rank that left the world
-            with self._lock:
-                self._releases.append(future)
+        return self._seqs.take(group)
 
     def _at_seq(self, group, method, per_rank, timeout):
         """One call per rank at a seq of `group`; a failure drops the
@@ -761,16 +723,8 @@ class Client:
                 t.free()
             except CclError:
                 pass  # a worker that is gone has nothing left to free
-        # Unused seqs go back while the channels are open; their calls are
-        # waited for (a worker that is gone makes its call fail, not hang).
-        self._seqs.release_all()
-        with self._lock:
-            releases, self._releases = self._releases, []
-        for future in releases:
-            try:
-                future.result()
-            except grpc.RpcError:
-                pass
+        # Unused seqs go back while the channels are open.
+        self._seqs.close()
         self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)

@@ -10,12 +10,18 @@ client's later ops wait on ours for at most that long, never for the
 workers' gap timeout. Seqs belong to a generation: a window of a generation
 the client has left is dropped, not released (its executors are gone).
 
-Plain logic: the coordinator, the workers and the timer are injected, so the
-policy is tested without a cluster (tests/test_seq_windows.py).
+SequenceWindows is plain logic: the coordinator, the workers and the timer
+are injected, so the policy is tested without a cluster
+(tests/test_seq_windows.py). ClientSequences wires it to a Client.
 """
 
 import threading
 import time
+
+import grpc
+
+from ccl._errors import CclError, from_rpc_error
+from ccl.v1 import coordinator_pb2, worker_pb2
 
 
 class _Window:
@@ -126,3 +132,76 @@ def _daemon_timer(delay, callback):
     timer = threading.Timer(delay, callback)
     timer.daemon = True
     timer.start()
+
+
+class ClientSequences:
+    """A Client's seqs: its windows, reserving from its coordinator and
+    giving back to the workers of each group."""
+
+    def __init__(self, client):
+        self._client = client
+        self._lock = threading.Lock()
+        self._ranks = {}      # group name -> its world ranks, for releases
+        self._releases = []   # ReleaseSequence calls not known to be done
+        self.windows = SequenceWindows(self._reserve, self._release)
+
+    def take(self, group):
+        """(seq, generation): the next seq of `group` (a Group) for the
+        client alone, in its current generation."""
+        with self._lock:
+            self._ranks[group.name] = list(group.ranks)
+        return self.windows.take(group.name, self._client.generation)
+
+    def drop(self, group_name):
+        self.windows.drop(group_name)
+
+    def held(self, group_name):
+        return self.windows.held(group_name)
+
+    def close(self):
+        """Gives back every unused seq and waits for those calls (a worker
+        that is gone makes its call fail, not hang)."""
+        self.windows.release_all()
+        with self._lock:
+            releases, self._releases = self._releases, []
+        for future in releases:
+            try:
+                future.result()
+            except grpc.RpcError:
+                pass
+
+    def _reserve(self, group_name, count):
+        """`count` fresh seqs of a group from the coordinator, in its current
+        generation (refreshing the client's world when it moved on)."""
+        client = self._client
+        request = coordinator_pb2.ReserveSequenceRequest(
+            generation=0, group=group_name, count=count)
+        try:
+            reply = client._coord.ReserveSequence(request,
+                                                  timeout=client.timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(
+                e, prefix=f"coordinator {client.coordinator}: ") from None
+        if reply.generation != client.generation:
+            client.refresh()
+        return reply.first, reply.generation
+
+    def _release(self, group_name, generation, begin, end):
+        """Tells the group's workers that [begin, end) will carry no op, so
+        another client's ops behind them need not wait. Called under the
+        windows' lock: starts the calls and returns. A worker that misses
+        it skips the seqs after its gap timeout, as for a client that died
+        holding them."""
+        with self._lock:
+            ranks = self._ranks.get(group_name, [])
+            self._releases = [f for f in self._releases if not f.done()]
+        request = worker_pb2.ReleaseSequenceRequest(
+            group=group_name, generation=generation, begin=begin, end=end)
+        for rank in ranks:
+            try:
+                future = self._client._worker(rank).ReleaseSequence.future(
+                    request, timeout=self._client.timeout)
+            except (CclError, ValueError, RuntimeError):
+                continue  # closed, or a rank that left the world
+            with self._lock:
+                self._releases.append(future)
