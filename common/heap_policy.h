@@ -14,10 +14,11 @@
 // glibc's 128 KiB, and a tensor stream frees more than that at the top of
 // an arena with every message (gRPC's read slices of each 1 MiB chunk), so
 // each arena was given back to the kernel (madvise, a TLB shootdown across
-// threads) and faulted in again, page by page, for the next chunk: reading
-// 64 MiB from a worker on loopback took 190-300 ms against 30-40 ms with a
-// 32 MiB trim threshold (8 MiB was not enough: gRPC keeps a flow-control
-// window of chunks in flight), bench/results/tensor_transfer_2026-12-04.md.
+// threads) and faulted in again, page by page, for the next chunk: a bare
+// client wrote 64 MiB to a worker on loopback in 262-328 ms and read it in
+// 40-260 ms, against 34-38 and 27-39 ms with a 32 MiB trim threshold (8 MiB
+// was not enough: gRPC keeps a flow-control window of chunks in flight),
+// bench/results/tensor_transfer_2026-12-04.md.
 #pragma once
 
 namespace ccl {
@@ -27,7 +28,9 @@ namespace ccl {
 // and unmapped when freed, so the RSS follows what is held. Allocations
 // below it come from the arenas, which keep up to 32 MiB free at their top
 // instead of 128 KiB: the high-water mark of small buffers in flight stays
-// resident per arena (bounded, not a creep). Call once, early in main.
+// resident, at most that much per arena. A 420 s traffic-only chaos run grew
+// the workers' RSS alike with and without it (the results file above).
+// Call once, early in main.
 void ApplyWorkerHeapPolicy();
 
 }  // namespace ccl

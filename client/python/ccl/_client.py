@@ -4,9 +4,9 @@ A Client finds the workers through the coordinator, takes one sequence
 number per op from it (so that any number of clients can drive one cluster
 without the ranks disagreeing on the order; reserved ahead in windows, so a
 loop of ops does not ask the coordinator each time: _seqs.py) and sends the
-op to every rank of the group at once. Ranks given to and reported by the client (src, dst,
-the keys of per-rank results) are world ranks, as torch's global ranks,
-whatever the group.
+op to every rank of the group at once. Ranks given to and reported by the
+client (src, dst, the keys of per-rank results) are world ranks, as torch's
+global ranks, whatever the group.
 """
 
 import itertools
