@@ -38,6 +38,12 @@ absl::StatusOr<std::unique_ptr<CommWork>> OpWork::Launch(Communicator& comm) {
   return comm.Launch(op);
 }
 
+void OpWork::OnWithdrawn() {
+  std::lock_guard<std::mutex> lock(tensors_mutex_);
+  if (held_) store_->Release(tensors_, id());
+  held_ = false;
+}
+
 void OpWork::Complete(absl::Status status, double device_us) {
   {
     std::lock_guard<std::mutex> lock(tensors_mutex_);

@@ -40,6 +40,14 @@ class OpWork final : public Work, public ExecutorTask {
   // What the backend runs (dtype and count matter to the flight recorder).
   const BoundOp& bound() const { return op_; }
 
+ protected:
+  // Its tensors stop being busy at once: a withdrawn op only takes part in
+  // the agreement, which fails it on every rank before any data moves, so
+  // its caller, told "withdrawn", may free or write them while it still
+  // waits for its turn. Their memory stays alive (tensors_) until then,
+  // outside the store's quota once freed.
+  void OnWithdrawn() override;
+
  private:
   const BoundOp op_;
   TensorStore* const store_;

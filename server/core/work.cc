@@ -73,9 +73,14 @@ void Work::OnDone(std::function<void()> callback) {
 }
 
 bool Work::TryWithdraw() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (state_ != WorkState::kQueued) return false;
-  cancel_requested_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (state_ != WorkState::kQueued) return false;
+    cancel_requested_ = true;
+    if (withdrawn_) return true;
+    withdrawn_ = true;
+  }
+  OnWithdrawn();
   return true;
 }
 

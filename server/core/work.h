@@ -59,7 +59,8 @@ class Work {
   virtual bool withdrawable() const { return false; }
   // As RequestCancel, but only while the work is still queued, and atomic
   // with its start: true if it will not run here (nor, being withdrawable,
-  // anywhere); false once it started, when its own completion answers.
+  // anywhere); false once it started, when its own completion answers. The
+  // first time it succeeds it calls OnWithdrawn.
   bool TryWithdraw();
 
   // The time by which the call waiting for this work must have its answer
@@ -70,6 +71,10 @@ class Work {
 
  protected:
   using Clock = std::chrono::steady_clock;
+  // Withdrawn while queued (outside the work's lock): what a withdrawn run
+  // never touches can be given back now instead of when its turn comes,
+  // which may be a gap timeout away.
+  virtual void OnWithdrawn() {}
   // Queued -> running; records the time spent queued.
   void MarkRunning();
   // The one transition to done. A failure's message is prefixed with what
@@ -87,6 +92,7 @@ class Work {
   mutable std::mutex mutex_;
   std::condition_variable done_cv_;
   WorkState state_ = WorkState::kQueued;
+  bool withdrawn_ = false;
   absl::Status status_;
   OpTiming timing_;
   std::vector<std::function<void()>> callbacks_;

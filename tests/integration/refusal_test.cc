@@ -150,7 +150,8 @@ TEST_F(RefusalTest, RefusedRequestsTakeTheirSeqOnEveryRank) {
 // An op queued behind a seq its client never sent (a dead client's): the
 // call hears, before its deadline, which seq it waited behind, and the op is
 // withdrawn on every rank, so when the gap closes nothing runs that no
-// caller waits for, and the group goes on at once.
+// caller waits for, and the group goes on at once. Its tensor is free for
+// the caller from the answer on.
 TEST_F(RefusalTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
   testing::ClientWire wire(*client_);
   auto seq = wire.ReserveSeq(2);
@@ -173,6 +174,13 @@ TEST_F(RefusalTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
     EXPECT_THAT(r.result.status().message(), HasSubstr("withdrawn"));
   }
   EXPECT_LT(Clock::now() - start, seconds(5));
+  // Withdrawn, the op holds "y" no more, though it still waits in its
+  // queue: its caller can free the tensor and make it again at once.
+  for (const auto& r : client_->Free(everyone_, "y")) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  AllocEverywhere(*client_, "y", 64, FillKind::kRankPlusOne);
   // The missing seq is given up (as the gap timeout would, later): the
   // withdrawn op behind it fails everywhere without moving data.
   for (const auto& r : wire.Release(everyone_, *seq, *seq + 1)) {
