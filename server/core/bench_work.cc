@@ -319,6 +319,8 @@ absl::Status BenchWork::RunOnce(Communicator& comm, Agreement agreement) {
   return (*handle)->Wait(op_.timeout);
 }
 
+void BenchWork::OnWithdrawn() { store_->Release(tensors_, id()); }
+
 void BenchWork::Complete(absl::Status status, double device_us) {
   store_->Release(tensors_, id());
   tensors_.clear();

@@ -44,6 +44,11 @@ class BenchWork final : public Work, public ExecutorTask {
   absl::StatusOr<std::unique_ptr<CommWork>> Launch(Communicator& comm) override;
   void Complete(absl::Status status, double device_us) override;
 
+ protected:
+  // Its tensors stop being busy at once: a withdrawn bench stops at its
+  // first checkpoint, on every rank, before any instance touches them.
+  void OnWithdrawn() override;
+
  private:
   class StopPoints;
 

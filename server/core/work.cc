@@ -73,14 +73,12 @@ void Work::OnDone(std::function<void()> callback) {
 }
 
 bool Work::TryWithdraw() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (state_ != WorkState::kQueued) return false;
-    cancel_requested_ = true;
-    if (withdrawn_) return true;
-    withdrawn_ = true;
-  }
-  OnWithdrawn();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != WorkState::kQueued) return false;
+  cancel_requested_ = true;
+  // Under the lock: the work cannot start (MarkRunning) meanwhile.
+  if (!withdrawn_) OnWithdrawn();
+  withdrawn_ = true;
   return true;
 }
 

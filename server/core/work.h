@@ -71,9 +71,9 @@ class Work {
 
  protected:
   using Clock = std::chrono::steady_clock;
-  // Withdrawn while queued (outside the work's lock): what a withdrawn run
-  // never touches can be given back now instead of when its turn comes,
-  // which may be a gap timeout away.
+  // Withdrawn while queued: what a withdrawn run never touches can be given
+  // back now instead of when its turn comes, which may be a gap timeout
+  // away. Called once, with the work's lock held, so before Start.
   virtual void OnWithdrawn() {}
   // Queued -> running; records the time spent queued.
   void MarkRunning();

@@ -200,6 +200,45 @@ TEST_F(RefusalTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
   ExpectTheWorldGoesOnAt(generation_);
 }
 
+// A bench queued behind a missing seq is withdrawn at its call's deadline
+// as an op is, and lets go of its tensors with the answer: `ccctl bench`
+// frees its temporaries right after, and a bench that still held them left
+// them behind until the gap closed.
+TEST_F(RefusalTest, ABenchStuckBehindAMissingSeqLetsGoOfItsTensors) {
+  testing::ClientWire wire(*client_);
+  AllocEverywhere(*client_, "b", 1 << 10, FillKind::kOnes);
+  if (HasFatalFailure()) return;
+  auto seq = wire.ReserveSeq(2);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  for (const auto& r : wire.Bench(
+           everyone_,
+           [&](int) {
+             v1::BenchRequest bench;
+             *bench.mutable_op() = WireAllReduce("b", false);
+             bench.mutable_op()->set_seq(*seq + 1);
+             bench.mutable_op()->set_generation(generation_);
+             bench.set_iters(100);
+             return bench;
+           },
+           seconds(3))) {
+    EXPECT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r.rank << ": " << r.result.status();
+    EXPECT_THAT(r.result.status().message(), HasSubstr("withdrawn"));
+  }
+  for (const auto& r : client_->Free(everyone_, "b")) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  // When the gap closes, the withdrawn bench stops at its first checkpoint
+  // on every rank and the group goes on.
+  for (const auto& r : wire.Release(everyone_, *seq, *seq + 1)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ExpectCorrectAllReduce("check");
+  ExpectTheWorldGoesOnAt(generation_);
+}
+
 // A bench far longer than its call (issue 15, item 4): every rank stops it
 // at the same instance a little before the call's deadline and says so with
 // DEADLINE_EXCEEDED, and the group is free at once for the next op.
