@@ -1,6 +1,7 @@
 """Every op and reduce op against numpy references, sync and async, with
 tensors written from and read back as numpy arrays."""
 
+import contextlib
 import time
 
 import numpy as np
@@ -362,14 +363,28 @@ def test_client_rounding_matches_worker_fill(client, dtype):
                     err_msg=f"{dtype} rank {r}")
 
 
+@contextlib.contextmanager
+def lingering(client, seconds=2.0):
+    """Unused seqs of `client` stay held `seconds` after its last op instead
+    of 20 ms: on a loaded machine more than 20 ms can pass between two lines
+    of a test, and a window it looks at would already be given back."""
+    windows = client._seqs.windows
+    linger = windows._linger
+    windows._linger = seconds
+    try:
+        yield
+    finally:
+        windows._linger = linger
+
+
 def test_a_loop_reserves_ahead_and_another_client_does_not_wait_for_it(
         cluster, client):
     # A loop of ops takes its seqs from windows that grow, so it holds
     # seqs it has not used when it stops; another client's op comes after
     # them and must not wait for the workers' gap timeout (30 s): the idle
-    # window goes back within its linger. The other client's timeout (10 s)
-    # is the test's bound.
-    with client.ones(4) as t:
+    # window goes back within its linger (2 s here). The other client's
+    # timeout (10 s) is the test's bound.
+    with lingering(client), client.ones(4) as t:
         for _ in range(12):
             client.all_reduce(t)
         begin, end = client._seqs.held("world")
@@ -388,7 +403,9 @@ def test_a_loop_reserves_ahead_and_another_client_does_not_wait_for_it(
 
 
 def test_a_failed_op_gives_its_groups_window_back(client):
-    with client.ones(4) as t:
+    # With a 2 s linger, an empty window after the failure is the failure's
+    # doing, not the linger's.
+    with lingering(client), client.ones(4) as t:
         for _ in range(4):
             client.all_reduce(t)
         begin, end = client._seqs.held("world")
