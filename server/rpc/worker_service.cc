@@ -136,7 +136,10 @@ class TensorWriter final
 
 // Answers `call` when its work completes. A client that cancels the call
 // cancels the work (Work::RequestCancel), also one attached after the cancel
-// came.
+// came; work that can be withdrawn and is still queued is withdrawn then, so
+// it lets go of its tensors at once instead of when its turn comes (behind a
+// seq nobody sends, the gap timeout away): the client that went away, or
+// the one that takes its place, can free them.
 //
 // Work that can be withdrawn (Work::withdrawable) and is still queued a
 // little before the call's deadline is withdrawn then, and the call is
@@ -150,7 +153,10 @@ void WorkerService::AnswerWhenDone(UnaryAnswer* call,
                                    std::shared_ptr<Work> work,
                                    std::function<std::string()> why_queued,
                                    std::function<absl::Status()> respond) {
-  call->CallCancelled([work] { work->RequestCancel(); });
+  call->CallCancelled([work] {
+    if (work->withdrawable() && work->TryWithdraw()) return;
+    work->RequestCancel();
+  });
   auto answered = std::make_shared<std::atomic<bool>>(false);
   TimerQueue::TimerId timer = 0;
   const auto deadline = call->call_deadline();

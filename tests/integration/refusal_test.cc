@@ -6,7 +6,9 @@
 // failure_nccl_test.
 #include <grpcpp/generic/generic_stub.h>
 
+#include <future>
 #include <map>
+#include <thread>
 
 #include "tests/integration/failure_fixture.h"
 
@@ -236,6 +238,89 @@ TEST_F(RefusalTest, ABenchStuckBehindAMissingSeqLetsGoOfItsTensors) {
         << "rank " << r.rank << ": " << r.result.status();
   }
   ExpectCorrectAllReduce("check");
+  ExpectTheWorldGoesOnAt(generation_);
+}
+
+// A client that cancels its call (or dies) while its op still waits behind
+// a seq nobody sends: every rank withdraws the op then and lets go of its
+// tensors, so the tensor can be freed at once, not after the gap timeout
+// (30 s) that lets the op's turn come. Before, the op held "y" until then.
+TEST_F(RefusalTest, AnOpWhoseCallIsCancelledLetsGoOfItsTensorsAtOnce) {
+  testing::ClientWire wire(*client_);
+  auto seq = wire.ReserveSeq(2);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  struct Pending {
+    std::unique_ptr<grpc::ClientContext> context;
+    v1::OpRequest request;
+    v1::OpResponse response;
+    std::promise<grpc::Status> done;
+  };
+  std::vector<std::unique_ptr<Pending>> calls;
+  for (int rank : everyone_) {
+    auto stub = wire.Worker(rank);
+    ASSERT_TRUE(stub.ok()) << stub.status();
+    auto call = std::make_unique<Pending>();
+    call->context = wire.Context();
+    call->request = WireAllReduce("y", false);
+    call->request.set_seq(*seq + 1);
+    call->request.set_generation(generation_);
+    (*stub)->async()->Submit(
+        call->context.get(), &call->request, &call->response,
+        [p = call.get()](grpc::Status s) { p->done.set_value(s); });
+    calls.push_back(std::move(call));
+  }
+  // Cancelled only once every rank has the op in its queue.
+  const auto queued_by = Clock::now() + seconds(10);
+  for (int rank : everyone_) {
+    auto stub = wire.Worker(rank);
+    ASSERT_TRUE(stub.ok()) << stub.status();
+    bool queued = false;
+    while (!queued && Clock::now() < queued_by) {
+      v1::GetOpLogRequest request;
+      v1::OpLog log;
+      grpc::ClientContext context;
+      ASSERT_TRUE((*stub)->GetOpLog(&context, request, &log).ok());
+      for (const v1::OpRecord& record : log.records()) {
+        queued = queued || (record.seq() == *seq + 1 &&
+                            record.state() == v1::WORK_STATE_QUEUED);
+      }
+      if (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(queued) << "rank " << rank << " never queued the op";
+  }
+  for (auto& call : calls) call->context->TryCancel();
+  for (auto& call : calls) {
+    EXPECT_EQ(call->done.get_future().get().error_code(),
+              grpc::StatusCode::CANCELLED);
+  }
+  // The cancel reaches each worker a moment after the client's; until it
+  // has, freeing "y" is refused (in use) and changes nothing.
+  const auto start = Clock::now();
+  for (int rank : everyone_) {
+    absl::Status freed;
+    do {
+      freed = client_->Free(rank, "y").status();
+      if (freed.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (Clock::now() - start < seconds(10));
+    EXPECT_TRUE(freed.ok()) << "rank " << rank << ": " << freed;
+  }
+  EXPECT_LT(Clock::now() - start, seconds(10));
+  AllocEverywhere(*client_, "y", 64, FillKind::kRankPlusOne);
+  // The missing seq given up, the withdrawn op fails everywhere without
+  // moving data, and the group goes on.
+  for (const auto& r : wire.Release(everyone_, *seq, *seq + 1)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  client::Op barrier;
+  barrier.kind = OpKind::kBarrier;
+  for (const auto& r : client_->Collective(barrier)) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  ExpectFirstElements(
+      *client_, "y", [](int rank) { return rank + 1; }, "the withdrawn op ran");
   ExpectTheWorldGoesOnAt(generation_);
 }
 
