@@ -7,6 +7,7 @@
 
 #include "client/internal/client_impl.h"
 #include "client/internal/convert.h"
+#include "common/huge_pages.h"
 
 namespace ccl::client {
 namespace {
@@ -93,6 +94,8 @@ class ReadCall final : public grpc::ClientReadReactor<v1::ReadTensorChunk> {
       // leaves it growing, and the read fails as it would have anyway.
       try {
         bytes_.reserve(static_cast<size_t>(chunk_.total_bytes()));
+        // The chunks are the first to touch it (common/huge_pages.h).
+        AdviseHugePages(bytes_.data(), bytes_.capacity());
       } catch (const std::exception&) {
       }
     }

@@ -1,10 +1,19 @@
+#include <sys/mman.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/element.h"
+#include "common/huge_pages.h"
 #include "common/timer_queue.h"
 #include "common/types.h"
 #include "gtest/gtest.h"
@@ -84,6 +93,85 @@ TEST(TimerQueueTest, RunsInDeadlineOrderAndCancels) {
   EXPECT_EQ(first, 0);
   EXPECT_EQ(second, 1);
   EXPECT_FALSE(cancelled_ran);
+}
+
+// The mappings of this process that overlap [begin, end), from
+// /proc/self/smaps: each one's range and whether it is advised for huge
+// pages (VmFlags "hg").
+struct Mapping {
+  uintptr_t start = 0;
+  uintptr_t end = 0;
+  bool huge_advised = false;
+};
+std::vector<Mapping> MappingsOverlapping(uintptr_t begin, uintptr_t end) {
+  std::vector<Mapping> found;
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  Mapping current;
+  bool in_range = false;
+  while (std::getline(smaps, line)) {
+    const size_t dash = line.find('-');
+    const size_t space = line.find(' ');
+    if (dash != std::string::npos && space != std::string::npos &&
+        dash < space && line.find(':') > space) {
+      current.start = std::stoull(line.substr(0, dash), nullptr, 16);
+      current.end =
+          std::stoull(line.substr(dash + 1, space - dash - 1), nullptr, 16);
+      current.huge_advised = false;
+      in_range = current.start < end && current.end > begin;
+    } else if (in_range && line.rfind("VmFlags:", 0) == 0) {
+      std::istringstream flags(line.substr(8));
+      std::string flag;
+      while (flags >> flag) current.huge_advised |= flag == "hg";
+      found.push_back(current);
+    }
+  }
+  return found;
+}
+
+// Only the 2 MiB-aligned interior of a buffer is advised: never a page
+// beyond the buffer's own (a huge page there would make the neighbours'
+// memory resident), and nothing for a buffer that holds no whole huge page.
+TEST(HugePagesTest, AdvisesOnlyTheWholeHugePagesInsideTheBuffer) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage")) {
+    GTEST_SKIP() << "this kernel has no transparent huge pages";
+  }
+  constexpr size_t kHuge = size_t{2} << 20;
+  constexpr size_t kMapped = 12 * kHuge;
+  void* mapped = mmap(nullptr, kMapped, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  const auto base = reinterpret_cast<uintptr_t>(mapped);
+  const uintptr_t first_huge = (base + kHuge - 1) & ~(kHuge - 1);
+  // A buffer from a page before a huge page's boundary to a page past the
+  // fifth boundary after it: the five whole huge pages between are advised,
+  // not the partial ones at its ends.
+  const uintptr_t buffer = first_huge + kHuge - 4096;
+  const size_t bytes = 5 * kHuge + 8192;
+  AdviseHugePages(reinterpret_cast<void*>(buffer), bytes);
+  const uintptr_t advised_begin = first_huge + kHuge;
+  const uintptr_t advised_end = first_huge + 6 * kHuge;
+  size_t advised = 0;
+  for (const Mapping& m : MappingsOverlapping(base, base + kMapped)) {
+    if (!m.huge_advised) continue;
+    EXPECT_GE(m.start, advised_begin) << "advised below the buffer's interior";
+    EXPECT_LE(m.end, advised_end) << "advised above the buffer's interior";
+    advised += m.end - m.start;
+  }
+  EXPECT_EQ(advised, advised_end - advised_begin);
+
+  // Smaller than a huge page wherever it starts: nothing is advised.
+  void* small = mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(small, MAP_FAILED);
+  const auto small_base = reinterpret_cast<uintptr_t>(small);
+  AdviseHugePages(reinterpret_cast<void*>(small_base + 4096), kHuge);
+  for (const Mapping& m :
+       MappingsOverlapping(small_base, small_base + 2 * kHuge)) {
+    EXPECT_FALSE(m.huge_advised) << "a buffer under 2 MiB was advised";
+  }
+  munmap(small, 2 * kHuge);
+  munmap(mapped, kMapped);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ global ranks, whatever the group.
 """
 
 import itertools
+import mmap
 import os
 import threading
 import time
@@ -26,6 +27,8 @@ from ccl.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from ccl.v1 import worker_pb2, worker_pb2_grpc
 
 WRITE_CHUNK_BYTES = 1 << 20
+# Reads at least this large land in memory advised for huge pages.
+HUGE_READ_BYTES = 4 << 20
 _names = itertools.count()
 
 
@@ -275,7 +278,7 @@ class Client:
         try:
             chunks = self._worker(rank).ReadTensor(request,
                                                    timeout=self.timeout)
-            return b"".join(c.data for c in chunks)
+            return _gather(chunks)
         except grpc.RpcError as e:
             raise from_rpc_error(e, rank) from None
 
@@ -772,3 +775,31 @@ def _copy(message):
     out = type(message)()
     out.CopyFrom(message)
     return out
+
+
+def _gather(chunks):
+    """A tensor stream's bytes in one buffer. A large one is filled in place,
+    in anonymous memory advised for huge pages: joined into fresh bytes, it
+    paid a page fault per 4 KiB (on the development VM a 64 MiB read took
+    ~200 ms of them; common/huge_pages.h). A stream that brings other than
+    the size its first chunk announced is joined as it comes, and the
+    caller's size check names the difference."""
+    first = next(chunks, None)
+    if first is None:
+        return b""
+    total = first.total_bytes
+    if total < HUGE_READ_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return b"".join(itertools.chain([first.data],
+                                        (c.data for c in chunks)))
+    # Private: a shared anonymous mapping is shmem, which THP leaves alone.
+    buffer = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE)
+    buffer.madvise(mmap.MADV_HUGEPAGE)
+    offset = 0
+    for chunk in itertools.chain([first], chunks):
+        data = chunk.data
+        if offset + len(data) > total:
+            return b"".join(itertools.chain(
+                [buffer[:offset], data], (c.data for c in chunks)))
+        buffer[offset:offset + len(data)] = data
+        offset += len(data)
+    return buffer if offset == total else buffer[:offset]

@@ -174,7 +174,8 @@ def from_bytes(dtype, raw, shape, widen=True):
     raw bits with widen=False)."""
     array = np.frombuffer(raw, dtype=dtype.storage).reshape(shape)
     if dtype.format is None or not widen:
-        return array.copy()
+        # A writable buffer (a large read's) is the caller's alone: no copy.
+        return array if array.flags.writeable else array.copy()
     if dtype.name == "bfloat16":
         # bfloat16 is the top half of a float32: exact and fast.
         return (array.astype(np.uint32) << 16).view(np.float32)

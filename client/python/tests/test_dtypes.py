@@ -86,3 +86,43 @@ def test_reduce_op_names():
                                                    0.5)
     with pytest.raises(ccl.InvalidArgument):
         _reduce("median", None)
+
+
+class _Chunk:
+    def __init__(self, data, total_bytes=0):
+        self.data, self.total_bytes = data, total_bytes
+
+
+def _chunks(payload, total, size=1 << 20):
+    pieces = [payload[i:i + size] for i in range(0, len(payload), size)]
+    return iter([_Chunk(p, total if i == 0 else 0)
+                 for i, p in enumerate(pieces)])
+
+
+def test_a_large_read_is_gathered_in_place_and_is_the_callers_own():
+    from ccl._client import HUGE_READ_BYTES, _gather
+    payload = np.arange((HUGE_READ_BYTES + 12) // 4, dtype=np.float32)
+    raw = payload.tobytes()
+    gathered = _gather(_chunks(raw, len(raw)))
+    assert not isinstance(gathered, bytes)  # filled in place, not joined
+    assert bytes(gathered) == raw
+    array = _dtypes.from_bytes(_dtypes.DTYPES["float32"], gathered,
+                               payload.shape)
+    np.testing.assert_array_equal(array, payload)
+    array[0] = -1  # writable, and no other array shares it
+    again = _dtypes.from_bytes(_dtypes.DTYPES["float32"],
+                               _gather(_chunks(raw, len(raw))), payload.shape)
+    assert again[0] == 0
+
+
+def test_a_read_that_is_not_the_size_announced_keeps_every_byte():
+    from ccl._client import HUGE_READ_BYTES, _gather
+    raw = bytes(range(256)) * ((HUGE_READ_BYTES + 4096) // 256)
+    # More than announced: every byte, in order, for the size check to see.
+    assert _gather(_chunks(raw, HUGE_READ_BYTES)) == raw
+    # Fewer than announced: what came, not the announced size of zeros.
+    assert bytes(_gather(_chunks(raw[:HUGE_READ_BYTES],
+                                 len(raw)))) == raw[:HUGE_READ_BYTES]
+    # Small reads are joined as before.
+    assert _gather(_chunks(raw[:1000], 1000)) == raw[:1000]
+    assert _gather(iter([])) == b""

@@ -276,10 +276,15 @@ def test_write_per_rank_and_subset(client):
 
 
 def test_large_tensor_round_trip(client):
-    # Several 1 MiB chunks each way.
-    big = np.random.default_rng(1).random(3 << 18).astype(np.float32)
-    with client.from_numpy(big, ranks=[0]) as t:
-        np.testing.assert_array_equal(t.read(0), big)
+    # Several 1 MiB chunks each way; the second size is read into memory of
+    # its own (ccl._client._gather), which the caller may write.
+    for n in (3 << 18, (5 << 18) + 3):
+        big = np.random.default_rng(1).random(n).astype(np.float32)
+        with client.from_numpy(big, ranks=[0]) as t:
+            got = t.read(0)
+            np.testing.assert_array_equal(got, big)
+            got[0] = -1
+            np.testing.assert_array_equal(t.read(0), big)
 
 
 def test_with_frees_and_close_frees(cluster):

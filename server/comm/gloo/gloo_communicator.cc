@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/elapsed.h"
+#include "common/huge_pages.h"
 #include "common/status_macros.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -365,6 +366,7 @@ std::byte* GlooCommunicator::Scratch(size_t bytes) {
     const size_t rounded = (bytes + 63) / 64 * 64;
     auto* p = static_cast<std::byte*>(std::aligned_alloc(64, rounded));
     if (p == nullptr) throw std::bad_alloc();
+    AdviseHugePages(p, rounded);
     scratch_.reset(p);
     scratch_bytes_ = rounded;
   }
