@@ -29,6 +29,22 @@ class RefusalTest : public FailureTest {
     AllocEverywhere(*client_, "y", 64, FillKind::kRankPlusOne);
   }
 
+  // Tells every rank that seqs [begin, end) carry no op (as the gap timeout
+  // would, later), then passes a barrier: every executor got past them.
+  void GiveUpSeqsThenBarrier(testing::ClientWire& wire, int64_t begin,
+                             int64_t end) {
+    for (const auto& r : wire.Release(everyone_, begin, end)) {
+      ASSERT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+    client::Op barrier;
+    barrier.kind = OpKind::kBarrier;
+    for (const auto& r : client_->Collective(barrier)) {
+      EXPECT_TRUE(r.result.ok())
+          << "rank " << r.rank << ": " << r.result.status();
+    }
+  }
+
   std::unique_ptr<ClusterClient> client_;
   int64_t generation_ = 0;
   std::vector<int> everyone_;
@@ -185,17 +201,9 @@ TEST_F(RefusalTest, AnOpStuckBehindAMissingSeqIsAnsweredAndWithdrawn) {
   AllocEverywhere(*client_, "y", 64, FillKind::kRankPlusOne);
   // The missing seq is given up (as the gap timeout would, later): the
   // withdrawn op behind it fails everywhere without moving data.
-  for (const auto& r : wire.Release(everyone_, *seq, *seq + 1)) {
-    ASSERT_TRUE(r.result.ok())
-        << "rank " << r.rank << ": " << r.result.status();
-  }
   const auto next = Clock::now();
-  client::Op barrier;
-  barrier.kind = OpKind::kBarrier;
-  for (const auto& r : client_->Collective(barrier)) {
-    EXPECT_TRUE(r.result.ok())
-        << "rank " << r.rank << ": " << r.result.status();
-  }
+  GiveUpSeqsThenBarrier(wire, *seq, *seq + 1);
+  if (HasFatalFailure()) return;
   EXPECT_LT(Clock::now() - next, seconds(5));
   ExpectFirstElements(
       *client_, "y", [](int rank) { return rank + 1; }, "the withdrawn op ran");
@@ -309,16 +317,8 @@ TEST_F(RefusalTest, AnOpWhoseCallIsCancelledLetsGoOfItsTensorsAtOnce) {
   AllocEverywhere(*client_, "y", 64, FillKind::kRankPlusOne);
   // The missing seq given up, the withdrawn op fails everywhere without
   // moving data, and the group goes on.
-  for (const auto& r : wire.Release(everyone_, *seq, *seq + 1)) {
-    ASSERT_TRUE(r.result.ok())
-        << "rank " << r.rank << ": " << r.result.status();
-  }
-  client::Op barrier;
-  barrier.kind = OpKind::kBarrier;
-  for (const auto& r : client_->Collective(barrier)) {
-    EXPECT_TRUE(r.result.ok())
-        << "rank " << r.rank << ": " << r.result.status();
-  }
+  GiveUpSeqsThenBarrier(wire, *seq, *seq + 1);
+  if (HasFatalFailure()) return;
   ExpectFirstElements(
       *client_, "y", [](int rank) { return rank + 1; }, "the withdrawn op ran");
   ExpectTheWorldGoesOnAt(generation_);
@@ -639,18 +639,10 @@ TEST_F(RefusalTest, AnOpStreamAnswersEachIdInTheOrderOpsEnd) {
     const grpc::Status ended = open->stream->Finish();
     EXPECT_TRUE(ended.ok()) << ended.error_message();
   }
-  for (const auto& r : wire.Release(everyone_, *seq + 2, *seq + 3)) {
-    ASSERT_TRUE(r.result.ok())
-        << "rank " << r.rank << ": " << r.result.status();
-  }
   // The withdrawn op leaves its queue once the released seq before it is
   // passed; a barrier after it says the executors got there.
-  client::Op barrier;
-  barrier.kind = OpKind::kBarrier;
-  for (const auto& r : client_->Collective(barrier)) {
-    EXPECT_TRUE(r.result.ok())
-        << "rank " << r.rank << ": " << r.result.status();
-  }
+  GiveUpSeqsThenBarrier(wire, *seq + 2, *seq + 3);
+  if (HasFatalFailure()) return;
   // Only op 10 moved data: rank + 1 summed over the world.
   const int sum = static_cast<int>(everyone_.size()) *
                   (static_cast<int>(everyone_.size()) + 1) / 2;
