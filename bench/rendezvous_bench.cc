@@ -12,6 +12,9 @@
 //     --ranks-per-root R     NCCL ranks per unique id; 0: one id (default 128)
 //     --generations G        formations per N (default 1)
 //     --cccoord PATH         the coordinator binary (default: this build's)
+//     --ranks-per-host H     register as host agents do (cchostagent): one
+//                            RegisterHost per H workers; default 1, one
+//                            Register per worker
 //     --kv-ids               every rank reads the ids from the KV store, as
 //                            before Register could carry them (2 calls a
 //                            rank); default: ask for them with Register
@@ -58,13 +61,15 @@ struct Options {
   int generations = 1;
   bool logic_only = false;
   bool kv_ids = false;
+  int ranks_per_host = 1;
   std::string cccoord = ccl::bench::DefaultCoordinatorBinary();
 };
 
 int Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--channels C] [--ranks-per-root R] "
-               "[--generations G] [--cccoord PATH] [--kv-ids] "
+               "[--generations G] [--cccoord PATH] [--ranks-per-host H] "
+               "[--kv-ids] "
                "[--logic-only] [N ...]\n",
                argv0);
   return 2;
@@ -286,7 +291,8 @@ int RunSize(const Options& options, int n) {
     }
     const absl::StatusOr<ProcessSample> before = (*coordinator)->Sample();
     const double workers_cpu_before = CpuSeconds();
-    world = workers.Form(n, options.ranks_per_root, !options.kv_ids);
+    world = workers.Form(n, options.ranks_per_root, !options.kv_ids,
+                         options.ranks_per_host);
     const double workers_cpu = CpuSeconds() - workers_cpu_before;
     const absl::StatusOr<ProcessSample> after = (*coordinator)->Sample();
     if (!world.error.empty() || !before.ok() || !after.ok() || !idle.ok()) {
@@ -340,6 +346,8 @@ int main(int argc, char** argv) {
       ok = value(options.ranks_per_root) && options.ranks_per_root >= 0;
     } else if (arg == "--generations") {
       ok = value(options.generations) && options.generations > 0;
+    } else if (arg == "--ranks-per-host") {
+      ok = value(options.ranks_per_host) && options.ranks_per_host > 0;
     } else if (arg == "--kv-ids") {
       options.kv_ids = true;
     } else if (arg == "--logic-only") {
@@ -369,10 +377,16 @@ int main(int argc, char** argv) {
     for (int n : options.sizes) failures += RunLogicOnly(options, n);
     return failures == 0 ? 0 : 1;
   }
-  std::printf("# coordinator %s; simulated workers on %d channel(s); ids %s\n",
-              options.cccoord.c_str(), options.channels,
-              options.kv_ids ? "from the KV store (--kv-ids)"
-                             : "with Register where it can carry them");
+  std::printf(
+      "# coordinator %s; simulated workers on %d channel(s), %s; ids %s\n",
+      options.cccoord.c_str(), options.channels,
+      options.ranks_per_host > 1
+          ? absl::StrCat("one RegisterHost per ", options.ranks_per_host,
+                         " workers")
+                .c_str()
+          : "one Register per worker",
+      options.kv_ids ? "from the KV store (--kv-ids)"
+                     : "with Register where it can carry them");
   std::printf("%8s %4s %5s %5s %9s %9s %9s %9s %9s %9s %8s %7s %9s %7s\n", "N",
               "gen", "chan", "ids", "register", "formed", "per-rank",
               "coordCPU", "peakRSS", "RSS", "RSS/rank", "kvKeys", "kvBytes",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <queue>
 #include <thread>
 #include <utility>
@@ -111,7 +112,7 @@ SimulatedWorld::SimulatedWorld(const std::string& address, int channels) {
 }
 
 FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
-                                 bool ids_with_register) {
+                                 bool ids_with_register, int ranks_per_host) {
   FormedWorld world;
   world.rank_of.assign(n, -1);
   world.worker_id_of.resize(n);
@@ -194,11 +195,40 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
   };
 
   std::mutex header_mutex;
-  const Clock::time_point start = Clock::now();
-  for (int w = 0; w < n; ++w) {
-    auto* call =
-        NewCall<v1::RegisterRequest, v1::RegisterResponse>(kRegisterWait);
-    v1::RegisterRequest& request = call->request;
+  // What a worker does with its registration's answer.
+  auto registered_as = [&, n, ranks_per_root, list_bytes](
+                           int w, const grpc::Status& s,
+                           const v1::RegisterResponse& r) {
+    if (!s.ok()) {
+      registered->Fail(Describe("Register", s));
+      done->Fail(Describe("Register", s));
+      return;
+    }
+    world.rank_of[w] = r.rank();
+    world.secret_of[w] = r.worker_secret();
+    if (r.rank() == 0) {
+      std::lock_guard<std::mutex> lock(header_mutex);
+      world.generation = r.generation();
+      world.interval_ms = r.world().heartbeat_interval_ms();
+      world.timeout_ms = r.world().heartbeat_timeout_ms();
+    }
+    registered->Done();
+    // What ccworker's CoordinatorKvStore does with the reply's kv: the key
+    // the rank would read is there, so the rendezvous is over for it.
+    const nccl::UniqueIdPlan plan =
+        nccl::PlanUniqueIds(r.rank(), n, ranks_per_root);
+    auto known = r.kv().find(
+        nccl::UniqueIdReadKey(nccl::WorldPrefix(r.generation()), plan));
+    if (known == r.kv().end()) {
+      rendezvous(w, r.rank(), r.generation());
+    } else if (known->second.size() !=
+               (plan.ids == 1 ? kIdHex.size() : list_bytes)) {
+      done->Fail("Register: the ids it carried have the wrong size");
+    } else {
+      done->Done();
+    }
+  };
+  auto request_of = [&](int w, v1::RegisterRequest& request) {
     request.set_address("10.0." + std::to_string(w / 250 % 250) + "." +
                         std::to_string(w % 250) + ":29500");
     request.set_host("node" + std::to_string(w / 8));
@@ -211,41 +241,98 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
     }
     request.set_timeout_ms(kRegisterWait.count());
     if (ids_with_register) request.set_nccl_ranks_per_root(ranks_per_root);
-    Stub(w)->async()->Register(
-        &call->context, &call->request, &call->response,
-        [&, call, w](grpc::Status s) {
-          if (!s.ok()) {
-            registered->Fail(Describe("Register", s));
-            done->Fail(Describe("Register", s));
-          } else {
-            const v1::RegisterResponse& r = call->response;
-            world.rank_of[w] = r.rank();
-            world.secret_of[w] = r.worker_secret();
-            if (r.rank() == 0) {
-              std::lock_guard<std::mutex> lock(header_mutex);
-              world.generation = r.generation();
-              world.interval_ms = r.world().heartbeat_interval_ms();
-              world.timeout_ms = r.world().heartbeat_timeout_ms();
-            }
-            registered->Done();
-            // What ccworker's CoordinatorKvStore does with the reply's kv:
-            // the key the rank would read is there, so the rendezvous is
-            // over for it.
-            const nccl::UniqueIdPlan plan =
-                nccl::PlanUniqueIds(r.rank(), n, ranks_per_root);
-            auto known = r.kv().find(
-                nccl::UniqueIdReadKey(nccl::WorldPrefix(r.generation()), plan));
-            if (known == r.kv().end()) {
-              rendezvous(w, r.rank(), r.generation());
-            } else if (known->second.size() !=
-                       (plan.ids == 1 ? kIdHex.size() : list_bytes)) {
-              done->Fail("Register: the ids it carried have the wrong size");
-            } else {
-              done->Done();
-            }
+  };
+
+  const Clock::time_point start = Clock::now();
+  if (ranks_per_host <= 1) {
+    for (int w = 0; w < n; ++w) {
+      auto* call =
+          NewCall<v1::RegisterRequest, v1::RegisterResponse>(kRegisterWait);
+      request_of(w, call->request);
+      Stub(w)->async()->Register(&call->context, &call->request,
+                                 &call->response, [&, call, w](grpc::Status s) {
+                                   registered_as(w, s, call->response);
+                                   delete call;
+                                 });
+    }
+  } else {
+    // A host agent's call: the workers first..first+count-1 in one
+    // RegisterHost, each answered on the stream when it is ready.
+    class HostCall final
+        : public grpc::ClientReadReactor<v1::RegisterHostReply> {
+     public:
+      using Answer = std::function<void(int, const grpc::Status&,
+                                        const v1::RegisterResponse&)>;
+      HostCall(int first, Answer answer,
+               std::function<void(const std::string&)> note)
+          : first_(first), answer_(std::move(answer)), note_(std::move(note)) {
+        context.set_deadline(std::chrono::system_clock::now() + kRegisterWait +
+                             kRpcMargin);
+      }
+      void Start(v1::Coordinator::Stub* stub) {
+        answered_.assign(static_cast<size_t>(request.members_size()), false);
+        stub->async()->RegisterHost(&context, &request, this);
+        StartRead(&reply_);
+        StartCall();
+      }
+      void OnReadDone(bool ok) override {
+        if (!ok) return;  // the stream ended: OnDone has its status
+        const int m = reply_.member();
+        if (m < 0 || m >= request.members_size() ||
+            answered_[static_cast<size_t>(m)]) {
+          error_ = "RegisterHost: a reply names no unanswered member";
+        } else {
+          answered_[static_cast<size_t>(m)] = true;
+          // The reply leaves out keys earlier replies carried; a host
+          // agent gives each worker the whole kv, as Register would.
+          auto& kv = *reply_.mutable_response()->mutable_kv();
+          for (const auto& [key, value] : kv) stream_kv_.emplace(key, value);
+          if (reply_.code() == 0) {
+            for (const auto& [key, value] : stream_kv_) kv.insert({key, value});
           }
-          delete call;
-        });
+          answer_(first_ + m,
+                  grpc::Status(static_cast<grpc::StatusCode>(reply_.code()),
+                               reply_.message()),
+                  reply_.response());
+        }
+        StartRead(&reply_);
+      }
+      void OnDone(const grpc::Status& s) override {
+        if (!s.ok()) error_ = Describe("RegisterHost", s);
+        const grpc::Status unanswered(
+            grpc::StatusCode::INTERNAL,
+            error_.empty() ? "RegisterHost ended with a member unanswered"
+                           : error_);
+        for (size_t m = 0; m < answered_.size(); ++m) {
+          if (!answered_[m]) {
+            answer_(first_ + static_cast<int>(m), unanswered, {});
+          }
+        }
+        if (!error_.empty()) note_(error_);
+        delete this;
+      }
+
+      grpc::ClientContext context;
+      v1::RegisterHostRequest request;
+
+     private:
+      const int first_;
+      const Answer answer_;
+      const std::function<void(const std::string&)> note_;
+      v1::RegisterHostReply reply_;
+      std::vector<bool> answered_;
+      std::map<std::string, std::string> stream_kv_;
+      std::string error_;
+    };
+    for (int first = 0; first < n; first += ranks_per_host) {
+      auto* call =
+          new HostCall(first, registered_as,
+                       [done](const std::string& e) { done->Note(e); });
+      for (int w = first; w < std::min(n, first + ranks_per_host); ++w) {
+        request_of(w, *call->request.add_members());
+      }
+      call->Start(Stub(first / ranks_per_host));
+    }
   }
   const Clock::time_point registered_at = registered->Wait();
   const Clock::time_point done_at = done->Wait();

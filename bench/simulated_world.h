@@ -53,8 +53,12 @@ class SimulatedWorld {
   // ccworker does for a CUDA device, each Register asks for the ids
   // (RegisterRequest.nccl_ranks_per_root) and a rank whose reply carries
   // them is done; without it, every rank reads them from the KV store (the
-  // protocol before the ids came with the registration).
-  FormedWorld Form(int n, int ranks_per_root, bool ids_with_register = true);
+  // protocol before the ids came with the registration). With
+  // `ranks_per_host` > 1, the workers register as host agents register them:
+  // one RegisterHost per host of that many workers, each worker's answer
+  // taken from the stream; otherwise one Register per worker.
+  FormedWorld Form(int n, int ranks_per_root, bool ids_with_register = true,
+                   int ranks_per_host = 1);
 
   // Heartbeats every worker of `world` for `duration` at the interval the
   // coordinator gave, first beats staggered as ccworker does. When

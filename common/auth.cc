@@ -33,6 +33,8 @@ constexpr MethodRole kMethods[] = {
     {"/ccl.v1.Worker/DestroyGroup", Role::kFull},
     {"/ccl.v1.Coordinator/GetWorld", Role::kRead},
     {"/ccl.v1.Coordinator/Register", Role::kJoin},
+    // A host agent's registrations of its workers: what each of them may do.
+    {"/ccl.v1.Coordinator/RegisterHost", Role::kJoin},
     {"/ccl.v1.Coordinator/Heartbeat", Role::kJoin},
     {"/ccl.v1.Coordinator/Deregister", Role::kJoin},
     {"/ccl.v1.Coordinator/KvSet", Role::kJoin},

@@ -1,12 +1,17 @@
 #include "coordinator/coordinator_service.h"
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
+#include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/grpc_status.h"
 #include "common/proto_convert.h"
+#include "common/status_macros.h"
 
 namespace ccl::coordinator {
 namespace {
@@ -155,40 +160,193 @@ std::shared_ptr<const v1::World> CoordinatorService::WorldProto(
   return cached_world_proto_;
 }
 
+absl::StatusOr<RegisterRequest> CoordinatorService::NativeRegister(
+    const grpc::CallbackServerContext& context,
+    const v1::RegisterRequest& request) {
+  CCL_RETURN_IF_ERROR(ValidateRequest(request, limits_));
+  absl::StatusOr<RegisterRequest> native = RegisterFromProto(request, limits_);
+  if (!native.ok()) return native.status();
+  // The caller's deadline, on the core's clock: a reply held for the NCCL
+  // ids goes out well before it.
+  if (context.deadline() != std::chrono::system_clock::time_point::max()) {
+    native->reply_by = std::chrono::steady_clock::now() +
+                       (context.deadline() - std::chrono::system_clock::now());
+  }
+  return native;
+}
+
+void CoordinatorService::FillRegisterResponse(const RegisterResult& result,
+                                              bool include_members,
+                                              v1::RegisterResponse* response) {
+  response->set_rank(result.rank);
+  response->set_generation(result.generation);
+  response->set_worker_secret(result.secret);
+  // CoordinatorCore sets them as each generation starts.
+  response->set_peer_addresses_published(true);
+  *response->mutable_world() = *WorldProto(result.world, include_members);
+  for (const auto& [key, value] : result.kv) {
+    (*response->mutable_kv())[key] = *value;
+  }
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
-  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
-    return FinishNow(context, valid);
-  }
-  absl::StatusOr<RegisterRequest> native = RegisterFromProto(*request, limits_);
+  absl::StatusOr<RegisterRequest> native = NativeRegister(*context, *request);
   if (!native.ok()) return FinishNow(context, native.status());
-
-  // The caller's deadline, on the core's clock: a reply held for the NCCL
-  // ids goes out well before it.
-  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
-    native->reply_by = std::chrono::steady_clock::now() +
-                       (context->deadline() - std::chrono::system_clock::now());
-  }
   auto* reactor = new ParkedReactor(core_);
   const bool include_members = request->include_members();
   core_.Register(reactor->id(), *std::move(native),
                  [this, reactor, response,
                   include_members](absl::StatusOr<RegisterResult> r) {
                    if (r.ok()) {
-                     response->set_rank(r->rank);
-                     response->set_generation(r->generation);
-                     response->set_worker_secret(r->secret);
-                     // CoordinatorCore sets them as each generation starts.
-                     response->set_peer_addresses_published(true);
-                     *response->mutable_world() =
-                         *WorldProto(r->world, include_members);
-                     for (const auto& [key, value] : r->kv) {
-                       (*response->mutable_kv())[key] = *value;
-                     }
+                     FillRegisterResponse(*r, include_members, response);
                    }
                    reactor->Finish(ToGrpcStatus(r.status()));
                  });
+  return reactor;
+}
+
+namespace {
+
+// RegisterHost's stream: one parked registration per member, each answered
+// on the stream as soon as the core answers it. gRPC allows one write in
+// flight, so answers queue. The stream finishes once every member has been
+// answered and every answer written, or, after a failed write (the client
+// went away), once the core has answered every member, cancelled: until
+// then the core's callbacks point at this reactor. gRPC calls are made
+// outside the mutex, since a reaction may run on the calling thread.
+class HostRegistrationReactor final
+    : public grpc::ServerWriteReactor<v1::RegisterHostReply> {
+ public:
+  using Fill = std::function<void(const RegisterResult&, bool include_members,
+                                  v1::RegisterResponse*)>;
+  HostRegistrationReactor(CoordinatorCore& core, int members, Fill fill)
+      : core_(core), fill_(std::move(fill)), unanswered_(members) {
+    ids_.reserve(static_cast<size_t>(members));
+    for (int m = 0; m < members; ++m) ids_.push_back(core.NewWaitId());
+  }
+  CoordinatorCore::WaitId id(int member) const {
+    return ids_[static_cast<size_t>(member)];
+  }
+
+  // A member's answer; from any thread, once per member.
+  void Answer(int member, absl::StatusOr<RegisterResult> result,
+              bool include_members) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    --unanswered_;
+    if (!broken_) {
+      v1::RegisterHostReply& reply = queue_.emplace_back();
+      reply.set_member(member);
+      reply.set_code(static_cast<int32_t>(result.status().code()));
+      reply.set_message(std::string(result.status().message()));
+      if (result.ok()) {
+        // A key this stream carried already is left out (the proto says
+        // so): the members of a host read the same NCCL id list, and at
+        // 16k ranks it is 4.7 KiB a member. Decided here, in queue order,
+        // so that a reply never relies on one written after it.
+        auto& kv = result->kv;
+        kv.erase(std::remove_if(kv.begin(), kv.end(),
+                                [this](const auto& entry) {
+                                  return !sent_keys_.insert(entry.first).second;
+                                }),
+                 kv.end());
+        fill_(*result, include_members, reply.mutable_response());
+      }
+    }
+    Next(lock);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    writing_ = false;
+    queue_.pop_front();
+    if (!ok && !broken_) {
+      broken_ = true;
+      queue_.clear();
+      lock.unlock();
+      CancelAll();  // answers the members still parked, re-entering Answer
+      lock.lock();
+    }
+    Next(lock);
+  }
+  void OnCancel() override { CancelAll(); }
+  void OnDone() override { delete this; }
+
+ private:
+  // Starts the next write or finishes the stream, if either is due.
+  void Next(std::unique_lock<std::mutex>& lock) {
+    if (writing_ || finished_) return;
+    if (!queue_.empty()) {
+      writing_ = true;
+      // Stable: the deque only grows at the back until this write is done.
+      const v1::RegisterHostReply* reply = &queue_.front();
+      lock.unlock();
+      StartWrite(reply);
+      return;
+    }
+    if (unanswered_ > 0) return;
+    finished_ = true;
+    const bool broken = broken_;
+    lock.unlock();
+    Finish(broken ? grpc::Status(grpc::StatusCode::CANCELLED,
+                                 "register host: the stream broke")
+                  : grpc::Status::OK);
+  }
+  // A member the core already answered is a no-op.
+  void CancelAll() {
+    for (CoordinatorCore::WaitId id : ids_) core_.Cancel(id);
+  }
+
+  CoordinatorCore& core_;
+  const Fill fill_;
+  std::vector<CoordinatorCore::WaitId> ids_;
+  std::mutex mutex_;
+  int unanswered_;
+  std::set<std::string> sent_keys_;
+  std::deque<v1::RegisterHostReply> queue_;
+  bool writing_ = false;
+  bool broken_ = false;
+  bool finished_ = false;
+};
+
+// A RegisterHost refused as a whole: no member is registered.
+class RefusedStream final
+    : public grpc::ServerWriteReactor<v1::RegisterHostReply> {
+ public:
+  explicit RefusedStream(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::RegisterHostReply>*
+CoordinatorService::RegisterHost(grpc::CallbackServerContext* context,
+                                 const v1::RegisterHostRequest* request) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return new RefusedStream(ToGrpcStatus(valid));
+  }
+  const int members = request->members_size();
+  auto* reactor = new HostRegistrationReactor(
+      core_, members,
+      [this](const RegisterResult& result, bool include_members,
+             v1::RegisterResponse* response) {
+        FillRegisterResponse(result, include_members, response);
+      });
+  for (int m = 0; m < members; ++m) {
+    const v1::RegisterRequest& member = request->members(m);
+    const bool include_members = member.include_members();
+    absl::StatusOr<RegisterRequest> native = NativeRegister(*context, member);
+    if (!native.ok()) {
+      reactor->Answer(m, native.status(), include_members);
+      continue;
+    }
+    core_.Register(
+        reactor->id(m), *std::move(native),
+        [reactor, m, include_members](absl::StatusOr<RegisterResult> r) {
+          reactor->Answer(m, std::move(r), include_members);
+        });
+  }
   return reactor;
 }
 

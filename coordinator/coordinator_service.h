@@ -25,6 +25,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
                                      v1::RegisterResponse* response) override;
+  grpc::ServerWriteReactor<v1::RegisterHostReply>* RegisterHost(
+      grpc::CallbackServerContext* context,
+      const v1::RegisterHostRequest* request) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
@@ -75,6 +78,15 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // what Register replies carry unless the member list is asked for.
   std::shared_ptr<const v1::World> WorldProto(
       const std::shared_ptr<const WorldInfo>& world, bool include_members);
+
+  // The core's request for a validated Register proto, with the caller's
+  // deadline; Register's and each RegisterHost member's.
+  absl::StatusOr<RegisterRequest> NativeRegister(
+      const grpc::CallbackServerContext& context,
+      const v1::RegisterRequest& request);
+  // A registration's answer as Register sends it.
+  void FillRegisterResponse(const RegisterResult& result, bool include_members,
+                            v1::RegisterResponse* response);
 
   CoordinatorCore& core_;
   const CoordinatorLimits limits_;

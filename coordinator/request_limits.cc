@@ -117,7 +117,8 @@ absl::Status ValidateLimits(const CoordinatorLimits& limits) {
       limits.max_wait_keys <= 0 || limits.max_name_length == 0 ||
       limits.max_address_length == 0 || limits.max_timeout_ms <= 0 ||
       limits.max_resume_groups <= 0 || limits.max_seq <= 0 ||
-      limits.max_reason_bytes == 0 || limits.max_secret_bytes == 0) {
+      limits.max_reason_bytes == 0 || limits.max_secret_bytes == 0 ||
+      limits.max_host_members <= 0) {
     return absl::InvalidArgumentError(
         "every coordinator request limit must be positive");
   }
@@ -128,6 +129,21 @@ std::chrono::milliseconds ClampTimeout(int64_t timeout_ms,
                                        const CoordinatorLimits& limits) {
   return std::chrono::milliseconds(
       std::clamp<int64_t>(timeout_ms, 0, limits.max_timeout_ms));
+}
+
+absl::Status ValidateRequest(const v1::RegisterHostRequest& request,
+                             const CoordinatorLimits& limits) {
+  if (request.members().empty()) {
+    return absl::InvalidArgumentError(
+        "register host: no members; send at least one registration");
+  }
+  if (request.members_size() > limits.max_host_members) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register host: ", request.members_size(),
+                     " members, at most ", limits.max_host_members,
+                     " in one call; split them over several calls"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateRequest(const v1::RegisterRequest& request,

@@ -41,6 +41,9 @@ struct CoordinatorLimits {
   size_t max_reason_bytes = 4096;
   // The worker's secret as the coordinator issues it is 64 characters.
   size_t max_secret_bytes = 256;
+  // Workers one RegisterHost registers: a host's ranks, with room for
+  // hosts of many CPU workers.
+  int max_host_members = 1024;
 };
 
 // INVALID_ARGUMENT unless every limit is positive.
@@ -53,6 +56,10 @@ std::chrono::milliseconds ClampTimeout(int64_t timeout_ms,
                                        const CoordinatorLimits& limits);
 
 absl::Status ValidateRequest(const v1::RegisterRequest& request,
+                             const CoordinatorLimits& limits);
+// The call as a whole (how many members); each member is validated as a
+// Register and answered with its own error.
+absl::Status ValidateRequest(const v1::RegisterHostRequest& request,
                              const CoordinatorLimits& limits);
 absl::Status ValidateRequest(const v1::HeartbeatRequest& request,
                              const CoordinatorLimits& limits);

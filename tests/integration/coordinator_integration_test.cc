@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -388,6 +389,140 @@ TEST_F(CoordinatorIntegrationTest, RegisterCarriesTheNcclIdToRanksThatReadIt) {
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_EQ(ids->front(), "the-id-in-hex");
   EXPECT_FALSE(store.Get("other", milliseconds(100)).ok());
+}
+
+// What a host agent sends for the workers of its host: each member is
+// answered on the stream when its own Register would have been, with its own
+// status, and a key an earlier reply carried is not repeated.
+TEST_F(CoordinatorIntegrationTest, RegisterHostAnswersEachMemberAsItsRegister) {
+  constexpr int kWorld = 4;
+  Subprocess* p = StartServing(kWorld);
+  ASSERT_NE(p, nullptr);
+  auto client =
+      CoordinatorClient::Connect(p->loopback_address(), milliseconds(10000));
+  auto member = [](int i) {
+    v1::RegisterRequest request;
+    request.set_address("127.0.0.1:" + std::to_string(42000 + i));
+    request.set_host("localhost");
+    request.mutable_device()->set_kind(v1::DEVICE_KIND_CUDA);
+    request.mutable_device()->set_index(i);
+    request.set_worker_id("gpu-" + std::to_string(i));
+    request.set_worker_secret(SecretOf("gpu-" + std::to_string(i)));
+    request.set_requested_rank(i);
+    request.set_nccl_ranks_per_root(0);  // one id, made by rank 0
+    return request;
+  };
+  v1::RegisterHostRequest host;
+  *host.add_members() = member(0);
+  *host.add_members() = member(1);
+  v1::RegisterRequest bad = member(9);
+  bad.clear_address();
+  *host.add_members() = bad;
+  *host.add_members() = member(2);
+  auto context = Context();
+  std::unique_ptr<grpc::ClientReader<v1::RegisterHostReply>> stream =
+      stub_->RegisterHost(context.get(), host);
+
+  // The invalid member is answered at once, alone.
+  v1::RegisterHostReply reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_EQ(reply.member(), 2);
+  EXPECT_EQ(reply.code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(reply.message(), HasSubstr("address"));
+  EXPECT_FALSE(reply.has_response());
+
+  // The world completes with a fourth worker registering on its own.
+  auto last = std::async(std::launch::async,
+                         [&] { return client->Register(member(3)); });
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_EQ(reply.member(), 0);
+  ASSERT_EQ(reply.code(), 0) << reply.message();
+  EXPECT_EQ(reply.response().rank(), 0);
+  EXPECT_EQ(reply.response().world().world_size(), kWorld);
+  EXPECT_EQ(reply.response().worker_secret(), SecretOf("gpu-0"));
+  EXPECT_TRUE(reply.response().kv().empty());  // rank 0 makes the id
+
+  // The others are held until rank 0 posts the id, as with Register.
+  const std::string key = nccl::UniqueIdKey(nccl::WorldPrefix(1));
+  ASSERT_TRUE(client->KvSet(1, key, "the-id-in-hex").ok());
+  std::map<int, v1::RegisterResponse> held;
+  int carried_key = 0;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(stream->Read(&reply));
+    ASSERT_EQ(reply.code(), 0) << reply.message();
+    held[reply.member()] = reply.response();
+    if (reply.response().kv().count(key) == 1) {
+      EXPECT_EQ(reply.response().kv().at(key), "the-id-in-hex");
+      // The first reply with the key carries it; the next one relies on it.
+      EXPECT_EQ(i, 0);
+      ++carried_key;
+    }
+  }
+  EXPECT_EQ(carried_key, 1);
+  ASSERT_EQ(held.count(1), 1u);
+  ASSERT_EQ(held.count(3), 1u);
+  EXPECT_EQ(held[1].rank(), 1);
+  EXPECT_EQ(held[3].rank(), 2);
+  EXPECT_FALSE(stream->Read(&reply));
+  const grpc::Status finished = stream->Finish();
+  EXPECT_TRUE(finished.ok()) << finished.error_message();
+
+  absl::StatusOr<v1::RegisterResponse> alone = last.get();
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(alone->rank(), 3);
+  EXPECT_EQ(alone->kv().at(key), "the-id-in-hex");
+  EXPECT_EQ(GetWorld().state(), v1::WORLD_STATE_COMPLETE);
+}
+
+TEST_F(CoordinatorIntegrationTest, RegisterHostRefusesEmptyAndOversizedCalls) {
+  ASSERT_NE(StartServing(1), nullptr);
+  auto finish = [&](const v1::RegisterHostRequest& request) {
+    auto context = Context();
+    auto stream = stub_->RegisterHost(context.get(), request);
+    v1::RegisterHostReply reply;
+    EXPECT_FALSE(stream->Read(&reply)) << "no member may be answered";
+    return stream->Finish();
+  };
+  grpc::Status empty = finish({});
+  EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(empty.error_message(), HasSubstr("no members"));
+
+  v1::RegisterHostRequest oversized;
+  for (int i = 0; i < 1025; ++i) {
+    v1::RegisterRequest* m = oversized.add_members();
+    m->set_address("127.0.0.1:" + std::to_string(43000 + i));
+    m->set_worker_id("w" + std::to_string(i));
+  }
+  grpc::Status too_many = finish(oversized);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.error_message(), HasSubstr("at most 1024"));
+  // Nobody was registered by either, and the coordinator still serves.
+  EXPECT_EQ(GetWorld().members_size(), 0);
+  v1::RegisterResponse out;
+  grpc::Status s = Register("after", &out);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(out.rank(), 0);
+}
+
+TEST_F(CoordinatorIntegrationTest, HostAgentThatGivesUpReleasesEveryRank) {
+  ASSERT_NE(StartServing(3), nullptr);
+  v1::RegisterHostRequest host;
+  for (int i = 0; i < 2; ++i) {
+    v1::RegisterRequest* m = host.add_members();
+    m->set_address("127.0.0.1:" + std::to_string(44000 + i));
+    m->set_worker_id("impatient-" + std::to_string(i));
+  }
+  auto context = Context(milliseconds(200));
+  auto stream = stub_->RegisterHost(context.get(), host);
+  v1::RegisterHostReply reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+  while (GetWorld().members_size() != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(GetWorld().members_size(), 0);
 }
 
 TEST_F(CoordinatorIntegrationTest, WorldSizeFromEnvironment) {

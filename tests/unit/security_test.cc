@@ -57,12 +57,15 @@ TEST(AuthorizeTest, RolesGrantTheirMethodsOnly) {
   for (const char* write :
        {"/ccl.v1.Worker/Submit", "/ccl.v1.Worker/AllocTensor",
         "/ccl.v1.Worker/Bench", "/ccl.v1.Coordinator/Register",
-        "/ccl.v1.Coordinator/GetUniqueId", "/ccl.v1.Coordinator/KvGet"}) {
+        "/ccl.v1.Coordinator/RegisterHost", "/ccl.v1.Coordinator/GetUniqueId",
+        "/ccl.v1.Coordinator/KvGet"}) {
     EXPECT_EQ(Code(write, "Bearer read-secret"),
               absl::StatusCode::kPermissionDenied)
         << write;
   }
   EXPECT_EQ(Code("/ccl.v1.Coordinator/Register", "Bearer join-secret"),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(Code("/ccl.v1.Coordinator/RegisterHost", "Bearer join-secret"),
             absl::StatusCode::kOk);
   EXPECT_EQ(Code("/ccl.v1.Coordinator/GetUniqueId", "Bearer join-secret"),
             absl::StatusCode::kOk);
