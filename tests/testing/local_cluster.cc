@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,36 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (!port.ok()) return port.status();
   cluster->coordinator_address_ = cluster->coordinator_->loopback_address();
 
+  cluster->coordinator_of_worker_.assign(options.workers,
+                                         cluster->coordinator_address_);
+  if (options.host_agents > 0) {
+    auto cchostagent = BinaryPath("cchostagent");
+    if (!cchostagent.ok()) return cchostagent.status();
+    const int per_host =
+        (options.workers + options.host_agents - 1) / options.host_agents;
+    for (int k = 0; k < options.host_agents; ++k) {
+      const int first = k * per_host;
+      const int count =
+          std::max(0, std::min(per_host, options.workers - first));
+      Subprocess::Options agent_options;
+      agent_options.name = absl::StrCat("cchostagent-", k);
+      std::vector<std::string> agent_args = {
+          "--coordinator", cluster->coordinator_address_,
+          "--listen",      "127.0.0.1:0",
+          "--workers",     absl::StrCat(count)};
+      agent_args.insert(agent_args.end(), options.host_agent_args.begin(),
+                        options.host_agent_args.end());
+      auto agent = Subprocess::Start(*cchostagent, agent_args, agent_options);
+      if (!agent.ok()) return agent.status();
+      auto agent_port = (*agent)->WaitForPort(std::chrono::seconds(20));
+      if (!agent_port.ok()) return agent_port.status();
+      for (int i = first; i < first + count; ++i) {
+        cluster->coordinator_of_worker_[i] = (*agent)->loopback_address();
+      }
+      cluster->host_agents_.push_back(*std::move(agent));
+    }
+  }
+
   for (int i = 0; i < options.workers; ++i) {
     auto worker = cluster->StartWorker(i, {});
     if (!worker.ok()) return worker.status();
@@ -52,7 +83,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::StartWorker(
   if (!ccworker.ok()) return ccworker.status();
   std::vector<std::string> args = {
       "--coordinator",
-      coordinator_address_,
+      coordinator_of_worker_[i],
       "--listen",
       "127.0.0.1:0",
       "--rank",
@@ -153,6 +184,7 @@ absl::StatusOr<std::unique_ptr<client::ClusterClient>> LocalCluster::Client(
 
 void LocalCluster::DumpLogsOnFailure() const {
   if (coordinator_) coordinator_->DumpLogOnFailure();
+  for (const auto& agent : host_agents_) agent->DumpLogOnFailure();
   for (const auto& worker : workers_) worker->DumpLogOnFailure();
 }
 
@@ -162,6 +194,7 @@ LocalCluster::~LocalCluster() {
   for (auto& worker : workers_)
     (void)worker->WaitForExit(std::chrono::seconds(5));
   workers_.clear();
+  host_agents_.clear();
   coordinator_.reset();
 }
 

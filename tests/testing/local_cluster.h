@@ -18,6 +18,11 @@ struct LocalClusterOptions {
   std::string device = "cpu";  // "cuda" gives worker i the device cuda:i
   std::vector<std::string> worker_args;
   std::vector<std::string> coordinator_args;
+  // > 0: the workers reach the coordinator through this many cchostagent
+  // processes (as hosts of consecutive ranks), which register each
+  // host's workers in one call.
+  int host_agents = 0;
+  std::vector<std::string> host_agent_args;
   std::chrono::milliseconds ready_timeout{std::chrono::seconds(60)};
   // What Client() (and the readiness check) connects with.
   SecurityOptions client_security;
@@ -33,6 +38,7 @@ class LocalCluster {
   }
   Subprocess& coordinator() { return *coordinator_; }
   Subprocess& worker(int i) { return *workers_[i]; }
+  Subprocess& host_agent(int k) { return *host_agents_[k]; }
   int size() const { return static_cast<int>(workers_.size()); }
 
   // Starts worker `i` again with the arguments it was first given (its
@@ -65,6 +71,10 @@ class LocalCluster {
   std::string coordinator_address_;
   SecurityOptions client_security_;
   std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> host_agents_;
+  // What worker i is told the coordinator is: the coordinator, or its
+  // host's agent.
+  std::vector<std::string> coordinator_of_worker_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
 };
 

@@ -4,7 +4,7 @@
 # To make another one available, append its target name here; targets that
 # do not exist (yet) are skipped. Building a test that links ccl_testing
 # builds these binaries first.
-set(CCL_TEST_BINARY_TARGETS cccoord ccworker ccctl)
+set(CCL_TEST_BINARY_TARGETS cccoord cchostagent ccworker ccctl)
 
 add_library(ccl_testing STATIC ${CMAKE_CURRENT_LIST_DIR}/subprocess.cc
   ${CMAKE_CURRENT_LIST_DIR}/certs.cc)

@@ -1,6 +1,7 @@
 ccl_gtest(coordinator_core_test
   SOURCES coordinator_core_test.cc coordinator_kv_test.cc
-  LIBS ccl_coordinator_core LABELS unit TIMEOUT 60)
+    registration_batcher_test.cc
+  LIBS ccl_coordinator_core ccl_host_agent_core LABELS unit TIMEOUT 60)
 
 # The coordinator's scaling pieces (roster, heartbeat policy, KV values and
 # generation collection); behaviour only, speed is bench/rendezvous_bench's.

@@ -1,0 +1,166 @@
+// cchostagent: one per host, in front of the coordinator. The host's workers
+// point --coordinator at it; it sends their registrations to the coordinator
+// as one RegisterHost call and passes every other call through
+// (host_agent_service.h). Serves until SIGTERM or SIGINT.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
+#include "common/credentials.h"
+#include "common/daemon_flags.h"
+#include "common/grpc_health.h"
+#include "common/process_safety.h"
+#include "common/security_flags.h"
+#include "coordinator/host_agent/host_agent_service.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+std::string EnvOr(const char* name, std::string fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ccl::PrepareDaemonProcess(argv[0]);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // As cccoord: Debian's absl would otherwise track lock graphs on every
+  // lock.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  CLI::App app{
+      "cchostagent: registers the workers of one host with the coordinator "
+      "in one call, and passes their other coordinator calls through"};
+  std::string coordinator = EnvOr("CCL_COORDINATOR", "127.0.0.1:29400");
+  std::string listen = "127.0.0.1:29401";
+  int workers = 0;
+  int64_t window_ms = 200;
+  bool insecure = false;
+  app.add_option("--coordinator", coordinator,
+                 "the coordinator's HOST:PORT (env CCL_COORDINATOR)")
+      ->capture_default_str();
+  app.add_option("--listen", listen,
+                 "host:port the host's workers reach it on (port 0: any)")
+      ->capture_default_str()
+      ->envname("CCL_HOST_AGENT_LISTEN");
+  app.add_option("--workers", workers,
+                 "workers on this host: their registrations leave as one "
+                 "call as soon as all have come (fallback: "
+                 "$LOCAL_WORLD_SIZE, as torchrun sets it; 0: by the window "
+                 "alone)");
+  app.add_option("--window-ms", window_ms,
+                 "longest a registration waits for the host's others")
+      ->capture_default_str();
+  app.add_flag("--insecure", insecure,
+               "serve plaintext on a non-loopback address (the agent checks "
+               "no token itself: the coordinator checks each call's)");
+  ccl::DaemonFlags daemon;
+  ccl::AddDaemonFlags(app, daemon);
+  ccl::SecurityFlags security;  // towards the coordinator
+  ccl::AddSecurityFlags(app, security, ccl::SecurityFlagSet::kClient);
+  CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = ccl::SetupDaemonLogging(daemon, "cchostagent");
+      !s.ok()) {
+    std::cerr << "cchostagent: " << s.message() << "\n";
+    return kUsageError;
+  }
+  if (workers == 0) {
+    const std::string local = EnvOr("LOCAL_WORLD_SIZE", "");
+    if (!local.empty() && !absl::SimpleAtoi(local, &workers)) {
+      std::cerr << "cchostagent: $LOCAL_WORLD_SIZE='" << local
+                << "' is not an integer\n";
+      return kUsageError;
+    }
+  }
+  if (workers < 0 || window_ms < 0) {
+    std::cerr << "cchostagent: --workers and --window-ms must not be "
+                 "negative\n";
+    return kUsageError;
+  }
+
+  if (absl::Status s =
+          ccl::ResolveSecurityOptions(security.token_files, &security.options);
+      !s.ok()) {
+    std::cerr << "cchostagent: " << s.message() << "\n";
+    return kUsageError;
+  }
+  grpc::ChannelArguments channel_args;
+  // Replies carry a world's NCCL id list; RegisterHost replies are many.
+  channel_args.SetMaxReceiveMessageSize(-1);
+  auto channels = ccl::ChannelFactory::Create(security.options);
+  if (!channels.ok()) {
+    std::cerr << "cchostagent: " << channels.status().message() << "\n";
+    return kUsageError;
+  }
+  ccl::coordinator::HostAgentOptions options;
+  options.expected_workers = workers;
+  options.window = std::chrono::milliseconds(window_ms);
+  // With a token of its own, the agent's channel sends it on every call.
+  options.forward_authorization = security.options.tokens.full.empty();
+  ccl::coordinator::HostAgentService service(
+      channels->Make(coordinator, channel_args), options);
+
+  ccl::SecurityOptions serving;
+  serving.insecure = insecure;
+  auto credentials = ccl::MakeServerCredentials(serving, listen);
+  if (!credentials.ok()) {
+    std::cerr << "cchostagent: " << credentials.status().message() << "\n";
+    return kUsageError;
+  }
+  for (const std::string& warning : credentials->warnings) {
+    spdlog::warn("{}", warning);
+  }
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, credentials->credentials, &port);
+  builder.RegisterService(&service);
+  ccl::EnableHealthAndReflection();
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "cchostagent: cannot listen on " << listen << "\n";
+    return 1;
+  }
+  ccl::ServingHealth health(*server, "ccl.v1.Coordinator");
+  health.SetReady(true);
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  std::cout << "cchostagent listening on " << host << ":" << port
+            << " for coordinator " << coordinator << std::endl;
+  spdlog::info("serving {} worker(s) of this host on {}:{}; coordinator {}",
+               workers, host, port, coordinator);
+  if (absl::Status s = ccl::WritePortFile(daemon, port); !s.ok()) {
+    std::cerr << "cchostagent: " << s.message() << "\n";
+    server->Shutdown(std::chrono::system_clock::now());
+    return 1;
+  }
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info(
+      "signal {}: shutting down ({} registration(s) sent in {} "
+      "call(s))",
+      signal_number, service.registrations_sent(), service.batches_sent());
+  health.SetReady(false);
+  // Calls still waiting for the coordinator are cancelled; their workers
+  // retry, as they would after losing the coordinator.
+  server->Shutdown(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(500));
+  server->Wait();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,60 @@
+// The host agent's logic: which Register calls of a host's workers travel
+// together in one RegisterHost (cchostagent, docs/scale.md). The workers of
+// a host are started together by one launcher, so a batch leaves as soon as
+// `expected` calls wait (the host's workers, when the agent is told how
+// many) or `window` after its first call, whichever is first; a worker that
+// registers on its own later (a restart, a re-join) waits at most `window`.
+// Calls that carry different credentials never share a batch: the
+// coordinator checks one token per call. No gRPC here.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/timer_queue.h"
+
+namespace ccl::coordinator {
+
+class RegistrationBatcher {
+ public:
+  using CallId = uint64_t;
+  // Receives a batch, in arrival order; runs on the thread of the Add that
+  // completed it or on the batcher's timer thread, never under its lock.
+  using Send = std::function<void(std::vector<CallId> batch)>;
+
+  // `expected` <= 0: no count is known, batches leave by the window alone.
+  RegistrationBatcher(int expected, std::chrono::milliseconds window,
+                      Send send);
+  // Calls still waiting are dropped unsent; the owner finishes them.
+  ~RegistrationBatcher() = default;
+
+  void Add(CallId call, const std::string& credential);
+  // For a call that went away: true if it was still waiting (it will not
+  // be sent), false if its batch has left already.
+  bool Remove(CallId call);
+
+ private:
+  struct Waiting {
+    std::vector<CallId> calls;
+    uint64_t batch = 0;  // which batch the window timer is for
+  };
+  // Takes the batch of `credential` out, if it is still `batch`.
+  std::vector<CallId> TakeLocked(const std::string& credential, uint64_t batch);
+
+  const int expected_;
+  const std::chrono::milliseconds window_;
+  const Send send_;
+  std::mutex mutex_;
+  uint64_t next_batch_ = 1;
+  std::map<std::string, Waiting> waiting_;  // by credential
+  std::map<CallId, std::string> credential_of_;
+  // Last: destroyed first, so no timer runs into the members above.
+  TimerQueue timers_;
+};
+
+}  // namespace ccl::coordinator

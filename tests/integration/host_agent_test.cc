@@ -1,0 +1,115 @@
+// Workers that reach the coordinator through cchostagent (one per "host"):
+// the world forms with one RegisterHost per host, collectives run, and a
+// worker restarted behind its agent, or a restarted coordinator, is
+// re-joined through it.
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/client_wire.h"
+#include "tests/testing/local_cluster.h"
+
+namespace ccl {
+namespace {
+
+using client::FillKind;
+using client::Op;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+constexpr int kWorkers = 4;
+constexpr int kHosts = 2;
+
+std::unique_ptr<testing::LocalCluster> StartBehindAgents(
+    std::vector<std::string> agent_args) {
+  testing::LocalClusterOptions options;
+  options.workers = kWorkers;
+  options.host_agents = kHosts;
+  options.host_agent_args = std::move(agent_args);
+  // Heartbeats pass through the agents too; a killed worker is lost within
+  // 1.5 s, so that its replacement can take the rank soon (as the failure
+  // tests do).
+  options.coordinator_args = {"--heartbeat-interval-ms", "200",
+                              "--heartbeat-timeout-ms", "1500"};
+  auto cluster = testing::LocalCluster::Start(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
+}
+
+// Every rank holds rank+1 in `name`; after an all_reduce, the sum.
+void ExpectCorrectAllReduce(testing::LocalCluster& cluster,
+                            const std::string& name) {
+  auto client = cluster.Client(seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (int r = 0; r < kWorkers; ++r) {
+    auto allocated =
+        (*client)->Alloc(r, client::TensorSpec{name, DType::kFloat32, {64}},
+                         client::Fill{FillKind::kRankPlusOne});
+    ASSERT_TRUE(allocated.ok()) << allocated.status();
+  }
+  Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = name;
+  for (const auto& r : (*client)->Collective(op)) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    auto summary = (*client)->Summarize(r, name, 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->min, kWorkers * (kWorkers + 1) / 2.0) << "rank " << r;
+    EXPECT_EQ(summary->max, kWorkers * (kWorkers + 1) / 2.0) << "rank " << r;
+  }
+}
+
+TEST(HostAgentTest, EachHostRegistersItsWorkersInOneCall) {
+  // A window longer than the test: a batch can only leave by its count, so
+  // one RegisterHost per host is what must happen, however slowly the
+  // workers start.
+  auto cluster = StartBehindAgents({"--window-ms", "600000"});
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_NO_FATAL_FAILURE(ExpectCorrectAllReduce(*cluster, "x"));
+  for (int k = 0; k < kHosts; ++k) {
+    const std::string log = cluster->host_agent(k).ReadLog();
+    EXPECT_THAT(log, HasSubstr("registering 2 worker(s) in one RegisterHost"))
+        << "agent " << k;
+    EXPECT_THAT(log, ::testing::Not(HasSubstr("registering 1 worker(s)")))
+        << "agent " << k;
+  }
+}
+
+TEST(HostAgentTest, WorkersAndTheCoordinatorRestartedBehindAgentsRejoin) {
+  auto cluster = StartBehindAgents({});
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Client(seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const int64_t generation = (*client)->world().generation;
+
+  // A worker killed and started again: it registers alone, through its
+  // agent (the window, then a RegisterHost of one), and the world re-forms.
+  ASSERT_TRUE(cluster->worker(1).Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster->worker(1).WaitForExit(seconds(10)).ok());
+  ASSERT_TRUE(cluster->RestartWorker(1).ok());
+  auto ready = cluster->WaitUntilReady(seconds(60), generation + 1);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  ASSERT_NO_FATAL_FAILURE(ExpectCorrectAllReduce(*cluster, "after_worker"));
+
+  // A coordinator that comes back knows nothing: every worker registers
+  // again through its agent, whose channel reconnects to it.
+  ASSERT_TRUE(cluster->coordinator().Signal(SIGKILL).ok());
+  ASSERT_TRUE(cluster->coordinator().WaitForExit(seconds(10)).ok());
+  ASSERT_TRUE(cluster->RestartCoordinator().ok());
+  ready = cluster->WaitUntilReady(seconds(90));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectCorrectAllReduce(*cluster, "after_coordinator"));
+  for (int k = 0; k < kHosts; ++k) {
+    EXPECT_TRUE(cluster->host_agent(k).running()) << "agent " << k;
+  }
+}
+
+}  // namespace
+}  // namespace ccl
