@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
@@ -17,6 +18,7 @@
 #include "common/credentials.h"
 #include "common/daemon_flags.h"
 #include "common/grpc_health.h"
+#include "common/metrics_http.h"
 #include "common/process_safety.h"
 #include "common/security_flags.h"
 #include "coordinator/host_agent/host_agent_service.h"
@@ -116,6 +118,25 @@ int main(int argc, char** argv) {
   ccl::coordinator::HostAgentService service(
       channels->Make(coordinator, channel_args), options);
 
+  ccl::MetricsRegistry metrics;
+  (void)metrics.Declare("ccl_host_agent_registrations_sent",
+                        ccl::MetricsRegistry::Type::kGauge,
+                        "Worker registrations sent to the coordinator.");
+  (void)metrics.Declare("ccl_host_agent_register_host_calls",
+                        ccl::MetricsRegistry::Type::kGauge,
+                        "RegisterHost calls that carried them.");
+  metrics.AddCollector([&service](ccl::MetricsRegistry& r) {
+    r.Set("ccl_host_agent_registrations_sent", {},
+          static_cast<double>(service.registrations_sent()));
+    r.Set("ccl_host_agent_register_host_calls", {},
+          static_cast<double>(service.batches_sent()));
+  });
+  auto metrics_server = ccl::StartMetrics(daemon, &metrics, "cchostagent");
+  if (!metrics_server.ok()) {
+    std::cerr << "cchostagent: " << metrics_server.status().message() << "\n";
+    return 1;
+  }
+
   ccl::SecurityOptions serving;
   serving.insecure = insecure;
   auto credentials = ccl::MakeServerCredentials(serving, listen);
@@ -156,11 +177,15 @@ int main(int argc, char** argv) {
       "call(s))",
       signal_number, service.registrations_sent(), service.batches_sent());
   health.SetReady(false);
+  if (daemon.drain_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(daemon.drain_ms));
+  }
   // Calls still waiting for the coordinator are cancelled; their workers
   // retry, as they would after losing the coordinator.
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(500));
   server->Wait();
+  if (*metrics_server) (*metrics_server)->Stop();
   spdlog::info("stopped");
   return 0;
 }

@@ -8,7 +8,7 @@
      docker/stand-in-base.sh (debootstrap --variant=minbase bookworm).
   3. The CPU image from docker/Dockerfile.cpu: size, build time, uid 10001,
      no apt lists or downloaded packages left, ldd finds every library of the
-     three binaries, and each answers --help.
+     four binaries, and each answers --help.
   4. The CUDA image from docker/Dockerfile.cuda-debian on a toolkit image
      packed from this machine's CUDA (docker/cuda-toolkit-image.sh): built
      after the CPU image, its shared build steps must come from the layer
@@ -50,6 +50,8 @@ import time
 import urllib.request
 
 SKIP = 77
+# What every image carries (docker/Dockerfile.*'s install lines).
+BINARIES = ["cccoord", "cchostagent", "ccworker", "ccctl"]
 ROOT_NEEDED = ("the test starts dockerd, kills a container's process from the "
                "host and reads metrics inside a container's network namespace")
 
@@ -235,9 +237,9 @@ class Runner:
             "set -e; id -u; "
             "ls /var/lib/apt/lists | grep -v '^partial$' | sed 's/^/LIST /' || true; "
             "ls /var/cache/apt/archives | grep '\\.deb$' | sed 's/^/DEB /' || true; "
-            "for b in cccoord ccworker ccctl " + " ".join(libraries_of) + "; do "
+            "for b in " + " ".join(BINARIES + list(libraries_of)) + "; do "
             "  p=$(command -v $b || echo $b); echo \"LDD $p\"; ldd $p; done; "
-            "for b in cccoord ccworker ccctl; do $b --help >/dev/null; "
+            "for b in " + " ".join(BINARIES) + "; do $b --help >/dev/null; "
             "echo HELP $b ok; done")
         out = self.docker_cmd("run", "--rm", "--entrypoint", "sh", image, "-c",
                               script).stdout
@@ -250,11 +252,11 @@ class Runner:
         missing = [l for l in lines if "not found" in l]
         if missing:
             raise Failure(f"{image}: ldd finds no {missing}")
-        if sum(l.startswith("HELP ") for l in lines) != 3:
+        if sum(l.startswith("HELP ") for l in lines) != len(BINARIES):
             raise Failure(f"{image}: --help failed:\n{out}")
         ldd = sum(l.startswith("LDD ") for l in lines)
         log(f"{image}: uid 10001, no apt caches, ldd resolves every library "
-            f"of {ldd} files, --help of the three binaries works, "
+            f"of {ldd} files, --help of the {len(BINARIES)} binaries works, "
             f"{self.image_size_mb(image):.0f} MB")
         return out
 
@@ -298,6 +300,7 @@ class Runner:
         log(f"built {self.cuda}: shared steps from the cache, "
             f"{len(compiled)} files compiled for CUDA")
         if any("ccctl.dir" in c or "cccoord.dir" in c or "ccl_proto" in c
+               or "cchostagent.dir" in c
                for c in compiled):
             raise Failure(f"the CUDA build recompiled CUDA-independent "
                           f"files: {compiled}")
