@@ -9,38 +9,49 @@
 #
 #   bench/cpu_world.sh                  # -n 64 -r 3
 #   bench/cpu_world.sh -n 16 -r 1 --no-record
+#   bench/cpu_world.sh --hosts 8        # 8 simulated hosts, one cchostagent each
 #
-# Options: -n WORKERS (default 64); -r ROUNDS (default 3); --record FILE
-#   (default bench/results/cpu_world_<date>.md); --no-record.
+# Options: -n WORKERS (default 64); -r ROUNDS (default 3); --hosts H (the
+#   workers register through H host agents: `cluster up --hosts H`; default
+#   0, none); --record FILE (default bench/results/cpu_world_<date>.md,
+#   cpu_world_hosts<H>_<date>.md with --hosts);
+#   --no-record.
 # Environment: BUILD (default <repo>/build, needs client/ccctl,
-#   server/ccworker, coordinator/cccoord).
+#   server/ccworker, coordinator/cccoord, and coordinator/cchostagent for
+#   --hosts).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
-WORKERS=64 ROUNDS=3
-RECORD=$ROOT/bench/results/cpu_world_$(date +%Y-%m-%d).md
+WORKERS=64 ROUNDS=3 HOSTS=0
+RECORD=default
 COMMAND="bench/cpu_world.sh $*"
 while [[ $# -gt 0 ]]; do
   case $1 in
     -n) WORKERS=$2; shift 2 ;;
     -r) ROUNDS=$2; shift 2 ;;
+    --hosts) HOSTS=$2; shift 2 ;;
     --record) RECORD=$2; shift 2 ;;
     --no-record) RECORD=; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+if [[ $RECORD == default ]]; then
+  RECORD=$ROOT/bench/results/cpu_world$( (( HOSTS > 0 )) && echo "_hosts$HOSTS")_$(date +%Y-%m-%d).md
+fi
 (( WORKERS >= 2 && ROUNDS >= 1 )) || { echo "-n must be >= 2, -r >= 1" >&2; exit 2; }
-for bin in client/ccctl server/ccworker coordinator/cccoord; do
-  [[ -x $BUILD/$bin ]] || { echo "no $BUILD/$bin; build ccctl, ccworker and cccoord first" >&2; exit 1; }
+BINARIES="client/ccctl server/ccworker coordinator/cccoord"
+(( HOSTS > 0 )) && BINARIES+=" coordinator/cchostagent"
+for bin in $BINARIES; do
+  [[ -x $BUILD/$bin ]] || { echo "no $BUILD/$bin; build ccctl, ccworker, cccoord (and cchostagent) first" >&2; exit 1; }
 done
 
 TMP=$(mktemp -d /tmp/cpu_world.XXXXXX)
 export CCCTL_STATE_DIR=$TMP/cluster
 # Snapshot the binaries, so that a rebuild during the run cannot swap them;
 # ccctl finds ccworker and cccoord in its sibling folders.
-for bin in client/ccctl server/ccworker coordinator/cccoord; do
+for bin in $BINARIES; do
   mkdir -p "$TMP/bin/$(dirname $bin)"
   cp "$BUILD/$bin" "$TMP/bin/$bin"
 done
@@ -73,7 +84,7 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 ROWS=""
 for round in $(seq 1 "$ROUNDS"); do
   t=$(now)
-  "$CCCTL" cluster up --workers "$WORKERS" --wait 600s >&2
+  "$CCCTL" cluster up --workers "$WORKERS" --hosts "$HOSTS" --wait 600s >&2
   up=$(since "$t")
   t=$(now)
   "$CCCTL" --timeout 300s -o json allreduce --count 1024 >"$TMP/ar1.json"
@@ -107,8 +118,9 @@ if [[ -n $RECORD ]]; then
     echo "$(. /etc/os-release && echo "$PRETTY_NAME"), gRPC $(dpkg-query -W -f='${Version}' libgrpc++1.51 2>/dev/null || echo '?'),"
     echo "libgloo0 $(dpkg-query -W -f='${Version}' libgloo0 2>/dev/null || echo '?'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'))."
     echo
-    echo "- up: \`ccctl cluster up --workers $WORKERS\` until every worker reports ready:"
-    echo "  the processes start, register, and build the Gloo world (full mesh)."
+    echo "- up: \`ccctl cluster up --workers $WORKERS --hosts $HOSTS\` until every worker reports ready:"
+    echo "  the processes start, register (with --hosts, through a cchostagent per"
+    echo "  host: one RegisterHost call a host), and build the Gloo world (full mesh)."
     echo "- all_reduce1/2: \`ccctl allreduce --count 1024\` (client-seen, values checked)."
     echo "- RSS: summed over the worker processes, and the coordinator's, after the ops."
     echo

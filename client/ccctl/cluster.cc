@@ -1,5 +1,6 @@
-// ccctl cluster up|down|status: a local coordinator and N workers in the
-// background, the quickest way to have a cluster. State (pids, address,
+// ccctl cluster up|down|status: a local coordinator and N workers (and,
+// with --hosts, a host agent per simulated host) in the background, the
+// quickest way to have a cluster. State (pids, address,
 // logs) lives in StateDir().
 #include <fcntl.h>
 #include <signal.h>
@@ -7,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +67,7 @@ std::string ReadFile(const std::string& path) {
 
 struct UpArgs {
   int workers = 2;
+  int hosts = 0;
   std::string device = "cpu";
   std::string wait = "60s";
 };
@@ -97,6 +100,11 @@ int Down(Globals& globals) {
   if (state.is_object() && state.contains("workers")) {
     for (const auto& pid : state["workers"]) pids.push_back(pid.get<pid_t>());
   }
+  if (state.is_object() && state.contains("host_agents")) {
+    for (const auto& pid : state["host_agents"]) {
+      pids.push_back(pid.get<pid_t>());
+    }
+  }
   if (state.is_object() && state.contains("coordinator_pid")) {
     pids.push_back(state["coordinator_pid"].get<pid_t>());
   }
@@ -114,6 +122,12 @@ int Down(Globals& globals) {
 int Up(Globals& globals, const UpArgs& args) {
   if (args.workers < 1) {
     return Fail(absl::InvalidArgumentError("--workers must be at least 1"),
+                true);
+  }
+  if (args.hosts < 0 || args.hosts > args.workers) {
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("--hosts must be between 0 and --workers (",
+                                 args.workers, "); got ", args.hosts)),
                 true);
   }
   auto wait = ParseDuration(args.wait);
@@ -156,13 +170,49 @@ int Up(Globals& globals, const UpArgs& args) {
   }
   const std::string address =
       absl::StrCat("127.0.0.1:", std::stoi(ReadFile(port_file)));
+  // With --hosts, the workers are split over that many "hosts" of
+  // consecutive ranks, each registering through its own cchostagent, as a
+  // node's workers do in a large world (docs/deploy.md).
+  std::vector<pid_t> host_agents;
+  std::vector<std::string> coordinator_of(args.workers, address);
+  const int per_host =
+      args.hosts > 0 ? (args.workers + args.hosts - 1) / args.hosts : 0;
+  for (int h = 0; h < args.hosts; ++h) {
+    const int first = h * per_host;
+    const int count = std::min(per_host, args.workers - first);
+    if (count <= 0) break;
+    const std::string agent_port_file =
+        absl::StrCat(dir, "/host-agent-", h, ".port");
+    fs::remove(agent_port_file);
+    const pid_t pid =
+        Spawn({FindBinary("cchostagent", "coordinator"), "--coordinator",
+               address, "--listen", "127.0.0.1:0", "--workers",
+               absl::StrCat(count), "--port-file", agent_port_file},
+              absl::StrCat(dir, "/host-agent-", h, ".log"));
+    host_agents.push_back(pid);
+    while (!fs::exists(agent_port_file) && Alive(pid) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!fs::exists(agent_port_file)) {
+      host_agents.push_back(coordinator_pid);
+      StopPids(host_agents);
+      return Fail(absl::UnavailableError(
+          absl::StrCat("host agent ", h, " did not start; see ", dir,
+                       "/host-agent-", h, ".log")));
+    }
+    for (int i = first; i < first + count; ++i) {
+      coordinator_of[i] =
+          absl::StrCat("127.0.0.1:", std::stoi(ReadFile(agent_port_file)));
+    }
+  }
   std::vector<pid_t> workers;
   for (int i = 0; i < args.workers; ++i) {
     std::string device = args.device;
     if (device == "cuda") device = absl::StrCat("cuda:", i);
     std::vector<std::string> worker_argv = {FindBinary("ccworker", "server"),
                                             "--coordinator",
-                                            address,
+                                            coordinator_of[i],
                                             "--device",
                                             device,
                                             "--rank",
@@ -177,6 +227,7 @@ int Up(Globals& globals, const UpArgs& args) {
   nlohmann::json state = {{"coordinator", address},
                           {"coordinator_pid", coordinator_pid},
                           {"workers", workers},
+                          {"host_agents", host_agents},
                           {"device", args.device}};
   std::ofstream(dir + "/state.json") << state.dump(2) << "\n";
 
@@ -240,6 +291,10 @@ void AddClusterCommands(CLI::App& app, Globals& globals, int& exit_code) {
   up->add_option("--workers,-n", args->workers)->capture_default_str();
   up->add_option("--device", args->device, "cpu or cuda (one GPU per worker)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  up->add_option("--hosts", args->hosts,
+                 "split the workers over this many simulated hosts, each "
+                 "registering through its own cchostagent; 0: none")
       ->capture_default_str();
   up->add_option("--wait", args->wait, "how long to wait for readiness")
       ->capture_default_str();

@@ -422,41 +422,51 @@ TEST_F(CcctlTest, CompletionScript) {
 }
 
 // `ccctl cluster up` / `down` with their own state folder: the README's main
-// command in small.
+// command in small, and the same with the workers behind host agents.
 TEST(CcctlClusterTest, UpRunsACollectiveAndDownStopsEverything) {
   auto binary = testing::BinaryPath("ccctl");
   ASSERT_TRUE(binary.ok()) << binary.status();
-  const fs::path state =
-      fs::temp_directory_path() / absl::StrCat("ccctl_cluster_test.", getpid());
-  const std::string prefix =
-      absl::StrCat("CCCTL_STATE_DIR=", state.string(), " ", *binary, " ");
-  const std::string out = (state / "out.txt").string();
-  fs::create_directories(state);
-  auto run = [&](const std::string& args) {
-    const int status =
-        std::system((prefix + args + " >" + out + " 2>&1 </dev/null").c_str());
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  };
-  ASSERT_EQ(run("cluster up --workers 2 --wait 60s"), 0) << Slurp(out);
-  EXPECT_EQ(run("allreduce --op sum"), 0) << Slurp(out);
-  EXPECT_NE(Slurp(out).find("[3.0]"), std::string::npos) << Slurp(out);
-  std::ifstream state_file(state / "state.json");
-  const nlohmann::json document = nlohmann::json::parse(state_file);
-  std::vector<pid_t> pids = {document["coordinator_pid"].get<pid_t>()};
-  for (const auto& pid : document["workers"]) pids.push_back(pid.get<pid_t>());
-  EXPECT_EQ(run("cluster down"), 0) << Slurp(out);
-  for (pid_t pid : pids) {
-    // Gone, or a zombie waiting for its (exited) parent's reaper.
-    const bool gone =
-        kill(pid, 0) != 0 ||
-        Slurp("/proc/" + std::to_string(pid) + "/stat").find(" Z ") !=
-            std::string::npos;
-    EXPECT_TRUE(gone) << "process " << pid << " still runs";
+  for (const std::string hosts : {"", " --hosts 2"}) {
+    SCOPED_TRACE("cluster up" + hosts);
+    const fs::path state = fs::temp_directory_path() /
+                           absl::StrCat("ccctl_cluster_test.", getpid());
+    const std::string prefix =
+        absl::StrCat("CCCTL_STATE_DIR=", state.string(), " ", *binary, " ");
+    const std::string out = (state / "out.txt").string();
+    fs::create_directories(state);
+    auto run = [&](const std::string& args) {
+      const int status = std::system(
+          (prefix + args + " >" + out + " 2>&1 </dev/null").c_str());
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    };
+    ASSERT_EQ(run("cluster up --workers 2 --wait 60s" + hosts), 0)
+        << Slurp(out);
+    EXPECT_EQ(run("allreduce --op sum"), 0) << Slurp(out);
+    EXPECT_NE(Slurp(out).find("[3.0]"), std::string::npos) << Slurp(out);
+    std::ifstream state_file(state / "state.json");
+    const nlohmann::json document = nlohmann::json::parse(state_file);
+    std::vector<pid_t> pids = {document["coordinator_pid"].get<pid_t>()};
+    for (const auto& pid : document["workers"]) {
+      pids.push_back(pid.get<pid_t>());
+    }
+    EXPECT_EQ(document["host_agents"].size(), hosts.empty() ? 0u : 2u);
+    for (const auto& pid : document["host_agents"]) {
+      pids.push_back(pid.get<pid_t>());
+    }
+    EXPECT_EQ(run("cluster down"), 0) << Slurp(out);
+    for (pid_t pid : pids) {
+      // Gone, or a zombie waiting for its (exited) parent's reaper.
+      const bool gone =
+          kill(pid, 0) != 0 ||
+          Slurp("/proc/" + std::to_string(pid) + "/stat").find(" Z ") !=
+              std::string::npos;
+      EXPECT_TRUE(gone) << "process " << pid << " still runs";
+    }
+    EXPECT_FALSE(fs::exists(state / "state.json"));
+    // Without a cluster, commands fail with the status name, not a hang.
+    EXPECT_EQ(run("--timeout 1s status"), 1);
+    fs::remove_all(state);
   }
-  EXPECT_FALSE(fs::exists(state / "state.json"));
-  // Without a cluster, commands fail with the status name, not a hang.
-  EXPECT_EQ(run("--timeout 1s status"), 1);
-  fs::remove_all(state);
 }
 
 // Commands that make temporary tensors free them, and several ccctl at once
