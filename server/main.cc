@@ -113,6 +113,11 @@ int main(int argc, char** argv) {
                  "coordinator HOST:PORT (env CCL_COORDINATOR, or "
                  "MASTER_ADDR:MASTER_PORT)")
       ->capture_default_str();
+  std::string host_agent = EnvOr("CCL_HOST_AGENT", "");
+  app.add_option("--host-agent", host_agent,
+                 "HOST:PORT of this host's cchostagent: registrations go "
+                 "through it (one call for the host's workers), every other "
+                 "coordinator call directly (env CCL_HOST_AGENT)");
   app.add_option("--device", device_name, "cpu or cuda:N (env CCL_DEVICE)")
       ->capture_default_str();
   app.add_option("--listen", listen,
@@ -266,6 +271,17 @@ int main(int argc, char** argv) {
                  std::string(coordinator_client.status().message()).c_str());
     return 2;
   }
+  std::unique_ptr<ccl::CoordinatorClient> registrar;
+  if (!host_agent.empty()) {
+    auto connected = ccl::CoordinatorClient::Connect(
+        host_agent, std::chrono::milliseconds(10000), coordinator_security);
+    if (!connected.ok()) {
+      std::fprintf(stderr, "ccworker: host agent channel: %s\n",
+                   std::string(connected.status().message()).c_str());
+      return 2;
+    }
+    registrar = *std::move(connected);
+  }
 
   ccl::WorkerConfig config;
   config.device = *device;
@@ -378,6 +394,7 @@ int main(int argc, char** argv) {
   ccl::WorldAgentOptions agent_options;
   agent_options.registration = request;
   agent_options.coordinator = coordinator;
+  agent_options.registrar = registrar.get();
   agent_options.register_timeout =
       std::chrono::milliseconds(register_timeout_ms);
   agent_options.on_state = [&](const std::string& state) {

@@ -174,7 +174,7 @@ int Up(Globals& globals, const UpArgs& args) {
   // consecutive ranks, each registering through its own cchostagent, as a
   // node's workers do in a large world (docs/deploy.md).
   std::vector<pid_t> host_agents;
-  std::vector<std::string> coordinator_of(args.workers, address);
+  std::vector<std::string> host_agent_of(args.workers);
   const int per_host =
       args.hosts > 0 ? (args.workers + args.hosts - 1) / args.hosts : 0;
   for (int h = 0; h < args.hosts; ++h) {
@@ -202,7 +202,7 @@ int Up(Globals& globals, const UpArgs& args) {
                        "/host-agent-", h, ".log")));
     }
     for (int i = first; i < first + count; ++i) {
-      coordinator_of[i] =
+      host_agent_of[i] =
           absl::StrCat("127.0.0.1:", std::stoi(ReadFile(agent_port_file)));
     }
   }
@@ -212,13 +212,16 @@ int Up(Globals& globals, const UpArgs& args) {
     if (device == "cuda") device = absl::StrCat("cuda:", i);
     std::vector<std::string> worker_argv = {FindBinary("ccworker", "server"),
                                             "--coordinator",
-                                            coordinator_of[i],
+                                            address,
                                             "--device",
                                             device,
                                             "--rank",
                                             absl::StrCat(i),
                                             "--listen",
                                             "127.0.0.1:0"};
+    if (!host_agent_of[i].empty()) {
+      worker_argv.insert(worker_argv.end(), {"--host-agent", host_agent_of[i]});
+    }
     worker_argv.insert(worker_argv.end(), security_args.begin(),
                        security_args.end());
     workers.push_back(

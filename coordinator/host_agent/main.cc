@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   std::string coordinator = EnvOr("CCL_COORDINATOR", "127.0.0.1:29400");
   std::string listen = "127.0.0.1:29401";
   int workers = 0;
-  int64_t window_ms = 200;
+  int64_t window_ms = -1;  // see --window-ms
   bool insecure = false;
   app.add_option("--coordinator", coordinator,
                  "the coordinator's HOST:PORT (env CCL_COORDINATOR)")
@@ -67,8 +67,10 @@ int main(int argc, char** argv) {
                  "$LOCAL_WORLD_SIZE, as torchrun sets it; 0: by the window "
                  "alone)");
   app.add_option("--window-ms", window_ms,
-                 "longest a registration waits for the host's others")
-      ->capture_default_str();
+                 "longest a registration waits for the host's others "
+                 "(default: 2000 with --workers, where a batch leaves by its "
+                 "count and the window only bounds a straggler's or a "
+                 "restarted worker's wait; 200 without)");
   app.add_flag("--insecure", insecure,
                "serve plaintext on a non-loopback address (the agent checks "
                "no token itself: the coordinator checks each call's)");
@@ -90,11 +92,11 @@ int main(int argc, char** argv) {
       return kUsageError;
     }
   }
-  if (workers < 0 || window_ms < 0) {
-    std::cerr << "cchostagent: --workers and --window-ms must not be "
-                 "negative\n";
+  if (workers < 0) {
+    std::cerr << "cchostagent: --workers must not be negative\n";
     return kUsageError;
   }
+  if (window_ms < 0) window_ms = workers > 0 ? 2000 : 200;
 
   if (absl::Status s =
           ccl::ResolveSecurityOptions(security.token_files, &security.options);

@@ -14,9 +14,15 @@ std::vector<RegistrationBatcher::CallId> RegistrationBatcher::TakeLocked(
     const std::string& credential, uint64_t batch) {
   auto it = waiting_.find(credential);
   if (it == waiting_.end() || it->second.batch != batch) return {};
-  std::vector<CallId> calls = std::move(it->second.calls);
-  waiting_.erase(it);
+  Waiting& waiting = it->second;
+  std::vector<CallId> calls = std::move(waiting.calls);
+  waiting.calls.clear();
+  waiting.batch = 0;  // a timer still pending for it finds nothing
   for (CallId call : calls) credential_of_.erase(call);
+  waiting.sent_in_round += static_cast<int>(calls.size());
+  if (expected_ <= 0 || waiting.sent_in_round >= expected_) {
+    waiting.sent_in_round = 0;
+  }
   return calls;
 }
 
@@ -29,7 +35,8 @@ void RegistrationBatcher::Add(CallId call, const std::string& credential) {
     waiting.calls.push_back(call);
     if (waiting.calls.size() == 1) {
       waiting.batch = next_batch_++;
-      timers_.ScheduleAfter(window_, [this, credential, batch = waiting.batch] {
+      timers_.ScheduleAfter(window_, [this, credential,
+                                      batch = waiting.batch] {
         std::vector<CallId> due;
         {
           std::lock_guard<std::mutex> timer_lock(mutex_);
@@ -38,8 +45,10 @@ void RegistrationBatcher::Add(CallId call, const std::string& credential) {
         if (!due.empty()) send_(std::move(due));
       });
     }
-    if (expected_ > 0 && static_cast<int>(waiting.calls.size()) >= expected_) {
-      // The timer finds its batch gone and does nothing.
+    // The host's workers not yet registered in this round are all here.
+    if (expected_ > 0 && waiting.sent_in_round +
+                                 static_cast<int>(waiting.calls.size()) >=
+                             expected_) {
       full = TakeLocked(credential, waiting.batch);
     }
   }

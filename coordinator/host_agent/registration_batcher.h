@@ -1,11 +1,16 @@
 // The host agent's logic: which Register calls of a host's workers travel
 // together in one RegisterHost (cchostagent, docs/scale.md). The workers of
 // a host are started together by one launcher, so a batch leaves as soon as
-// `expected` calls wait (the host's workers, when the agent is told how
-// many) or `window` after its first call, whichever is first; a worker that
-// registers on its own later (a restart, a re-join) waits at most `window`.
-// Calls that carry different credentials never share a batch: the
-// coordinator checks one token per call. No gRPC here.
+// every worker of the host that has not registered in this round waits
+// (`expected` of them in all, when the agent is told how many), or `window`
+// after its first call, whichever is first. A round ends when `expected`
+// registrations have been sent: so the stragglers of a batch the window
+// sent early leave as soon as they are all there, and a worker that
+// registers alone after the round (a restart, a re-join) waits at most
+// `window` for others (a host whose workers all restart registers as one
+// batch again). Calls that carry different credentials never share a batch
+// (the coordinator checks one token per call) and count rounds apart. No
+// gRPC here.
 #pragma once
 
 #include <chrono>
@@ -42,6 +47,7 @@ class RegistrationBatcher {
   struct Waiting {
     std::vector<CallId> calls;
     uint64_t batch = 0;  // which batch the window timer is for
+    int sent_in_round = 0;
   };
   // Takes the batch of `credential` out, if it is still `batch`.
   std::vector<CallId> TakeLocked(const std::string& credential, uint64_t batch);

@@ -138,7 +138,9 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
       registration_failed = true;
       return absl::CancelledError("the worker is stopping");
     }
-    registered = coordinator_.Register(request);
+    registered =
+        (options_.registrar != nullptr ? *options_.registrar : coordinator_)
+            .Register(request);
     if (registered.ok()) break;
     const absl::Status& error = registered.status();
     if (!Retryable(error.code(), first) || Clock::now() + backoff > give_up) {

@@ -34,6 +34,12 @@ struct WorldAgentOptions {
   v1::RegisterRequest registration;
   // For messages.
   std::string coordinator;
+  // Where Register calls go instead of the coordinator, when set: the
+  // host's cchostagent (ccworker --host-agent), which sends the
+  // registrations of the host's workers to the coordinator as one call.
+  // Every other call goes to the coordinator directly, so the KV traffic of
+  // a rendezvous takes no extra hop. Must outlive the agent.
+  CoordinatorClient* registrar = nullptr;
   // Gives up the first join after this long; later re-joins retry until
   // the worker stops.
   std::chrono::milliseconds register_timeout{300000};

@@ -1,7 +1,7 @@
-// Workers that reach the coordinator through cchostagent (one per "host"):
-// the world forms with one RegisterHost per host, collectives run, and a
-// worker restarted behind its agent, or a restarted coordinator, is
-// re-joined through it.
+// Workers that register through cchostagent (one per "host"): the world
+// forms with one RegisterHost per host, collectives run, and a worker
+// restarted behind its agent, or a restarted coordinator, is re-joined
+// through it.
 #include <signal.h>
 
 #include <chrono>
@@ -24,10 +24,11 @@ constexpr int kWorkers = 4;
 constexpr int kHosts = 2;
 
 std::unique_ptr<testing::LocalCluster> StartBehindAgents(
-    std::vector<std::string> agent_args) {
+    std::vector<std::string> agent_args, bool all_calls_through_agents) {
   testing::LocalClusterOptions options;
   options.workers = kWorkers;
   options.host_agents = kHosts;
+  options.all_calls_through_host_agent = all_calls_through_agents;
   options.host_agent_args = std::move(agent_args);
   // Heartbeats pass through the agents too; a killed worker is lost within
   // 1.5 s, so that its replacement can take the rank soon (as the failure
@@ -69,7 +70,9 @@ TEST(HostAgentTest, EachHostRegistersItsWorkersInOneCall) {
   // A window longer than the test: a batch can only leave by its count, so
   // one RegisterHost per host is what must happen, however slowly the
   // workers start.
-  auto cluster = StartBehindAgents({"--window-ms", "600000"});
+  // The workers register through their agent (ccworker --host-agent) and
+  // make every other call to the coordinator.
+  auto cluster = StartBehindAgents({"--window-ms", "600000"}, false);
   ASSERT_NE(cluster, nullptr);
   ASSERT_NO_FATAL_FAILURE(ExpectCorrectAllReduce(*cluster, "x"));
   for (int k = 0; k < kHosts; ++k) {
@@ -81,8 +84,10 @@ TEST(HostAgentTest, EachHostRegistersItsWorkersInOneCall) {
   }
 }
 
+// Here the agents are the workers' coordinator: heartbeats, the KV store and
+// the re-joins all pass through them.
 TEST(HostAgentTest, WorkersAndTheCoordinatorRestartedBehindAgentsRejoin) {
-  auto cluster = StartBehindAgents({});
+  auto cluster = StartBehindAgents({}, true);
   ASSERT_NE(cluster, nullptr);
   auto client = cluster->Client(seconds(10));
   ASSERT_TRUE(client.ok()) << client.status();

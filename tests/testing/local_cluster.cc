@@ -30,8 +30,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   if (!port.ok()) return port.status();
   cluster->coordinator_address_ = cluster->coordinator_->loopback_address();
 
-  cluster->coordinator_of_worker_.assign(options.workers,
-                                         cluster->coordinator_address_);
+  cluster->host_agent_of_worker_.assign(options.workers, "");
   if (options.host_agents > 0) {
     auto cchostagent = BinaryPath("cchostagent");
     if (!cchostagent.ok()) return cchostagent.status();
@@ -54,7 +53,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
       auto agent_port = (*agent)->WaitForPort(std::chrono::seconds(20));
       if (!agent_port.ok()) return agent_port.status();
       for (int i = first; i < first + count; ++i) {
-        cluster->coordinator_of_worker_[i] = (*agent)->loopback_address();
+        cluster->host_agent_of_worker_[i] = (*agent)->loopback_address();
       }
       cluster->host_agents_.push_back(*std::move(agent));
     }
@@ -81,15 +80,21 @@ absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::StartWorker(
     int i, const std::vector<std::string>& extra_args) const {
   auto ccworker = BinaryPath("ccworker");
   if (!ccworker.ok()) return ccworker.status();
+  const std::string& host_agent = host_agent_of_worker_[i];
   std::vector<std::string> args = {
       "--coordinator",
-      coordinator_of_worker_[i],
+      !host_agent.empty() && options_.all_calls_through_host_agent
+          ? host_agent
+          : coordinator_address_,
       "--listen",
       "127.0.0.1:0",
       "--rank",
       absl::StrCat(i),
       "--device",
       options_.device == "cuda" ? absl::StrCat("cuda:", i) : options_.device};
+  if (!host_agent.empty() && !options_.all_calls_through_host_agent) {
+    args.insert(args.end(), {"--host-agent", host_agent});
+  }
   args.insert(args.end(), options_.worker_args.begin(),
               options_.worker_args.end());
   args.insert(args.end(), extra_args.begin(), extra_args.end());

@@ -18,10 +18,12 @@ struct LocalClusterOptions {
   std::string device = "cpu";  // "cuda" gives worker i the device cuda:i
   std::vector<std::string> worker_args;
   std::vector<std::string> coordinator_args;
-  // > 0: the workers reach the coordinator through this many cchostagent
-  // processes (as hosts of consecutive ranks), which register each
-  // host's workers in one call.
+  // > 0: this many cchostagent processes (as hosts of consecutive ranks)
+  // register each host's workers in one call. The workers use their
+  // agent for Register only (ccworker --host-agent), or, with
+  // `all_calls_through_host_agent`, as their coordinator for every call.
   int host_agents = 0;
+  bool all_calls_through_host_agent = false;
   std::vector<std::string> host_agent_args;
   std::chrono::milliseconds ready_timeout{std::chrono::seconds(60)};
   // What Client() (and the readiness check) connects with.
@@ -72,9 +74,8 @@ class LocalCluster {
   SecurityOptions client_security_;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> host_agents_;
-  // What worker i is told the coordinator is: the coordinator, or its
-  // host's agent.
-  std::vector<std::string> coordinator_of_worker_;
+  // Worker i's host agent, if any.
+  std::vector<std::string> host_agent_of_worker_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
 };
 
