@@ -73,4 +73,13 @@ void PrepareDaemonProcess(const char* argv0) {
   std::set_terminate(LogUncaughtAndAbort);
 }
 
+sigset_t BlockStopSignals() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  return stop_signals;
+}
+
 }  // namespace ccl

@@ -3,6 +3,8 @@
 // must leave its reason in the log.
 #pragma once
 
+#include <signal.h>
+
 namespace ccl {
 
 // - SIGPIPE is ignored. Gloo writes to its TCP pairs with plain write(2), so
@@ -19,5 +21,11 @@ namespace ccl {
 // thread: dispositions are process-wide and threads started later inherit
 // them.
 void PrepareDaemonProcess(const char* argv0);
+
+// Blocks SIGTERM and SIGINT in the calling thread and returns that set, for
+// one thread to sigwait on. Called before any thread exists, every thread
+// (gRPC's included) inherits the mask, so the signals are only ever taken
+// by that sigwait.
+sigset_t BlockStopSignals();
 
 }  // namespace ccl

@@ -11,6 +11,7 @@
 
 #include "common/grpc_status.h"
 #include "common/proto_convert.h"
+#include "common/refused_stream.h"
 #include "common/status_macros.h"
 
 namespace ccl::coordinator {
@@ -310,21 +311,13 @@ class HostRegistrationReactor final
   bool finished_ = false;
 };
 
-// A RegisterHost refused as a whole: no member is registered.
-class RefusedStream final
-    : public grpc::ServerWriteReactor<v1::RegisterHostReply> {
- public:
-  explicit RefusedStream(grpc::Status status) { Finish(std::move(status)); }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
 
 grpc::ServerWriteReactor<v1::RegisterHostReply>*
 CoordinatorService::RegisterHost(grpc::CallbackServerContext* context,
                                  const v1::RegisterHostRequest* request) {
   if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
-    return new RefusedStream(ToGrpcStatus(valid));
+    return new RefusedStream<v1::RegisterHostReply>(ToGrpcStatus(valid));
   }
   const int members = request->members_size();
   auto* reactor = new HostRegistrationReactor(

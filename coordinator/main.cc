@@ -41,13 +41,7 @@ std::string HostOf(const std::string& address) {
 
 int main(int argc, char** argv) {
   ccl::PrepareDaemonProcess(argv[0]);
-  // Blocked before any thread exists, so every thread inherits the mask and
-  // the signals are only ever taken by sigwait below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = ccl::BlockStopSignals();  // sigwait below
 
   // Debian's absl is built without NDEBUG, so absl::Mutex (under gRPC's
   // locks) would keep a lock graph for deadlock detection on every lock: a

@@ -234,11 +234,7 @@ int main(int argc, char** argv) {
 
   // Signals go to one thread that waits for them; every other thread,
   // gRPC's included, inherits this mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = ccl::BlockStopSignals();
   StopSignal stop;
   std::atomic<bool> ready{false};
   std::thread signal_thread([&] {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/refused_stream.h"
 #include "spdlog/spdlog.h"
 
 namespace ccl::coordinator {
@@ -191,14 +192,6 @@ class UpstreamHostCall final
   std::map<std::string, std::string> stream_kv_;
 };
 
-// A refusal that needs no upstream call.
-class RefusedStream final
-    : public grpc::ServerWriteReactor<v1::RegisterHostReply> {
- public:
-  explicit RefusedStream(grpc::Status status) { Finish(std::move(status)); }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
 
 HostAgentService::HostAgentService(std::shared_ptr<grpc::Channel> upstream,
@@ -279,7 +272,7 @@ grpc::ServerUnaryReactor* HostAgentService::Forward(
 grpc::ServerWriteReactor<v1::RegisterHostReply>* HostAgentService::RegisterHost(
     grpc::CallbackServerContext* /*context*/,
     const v1::RegisterHostRequest* /*request*/) {
-  return new RefusedStream(grpc::Status(
+  return new RefusedStream<v1::RegisterHostReply>(grpc::Status(
       grpc::StatusCode::UNIMPLEMENTED,
       "a host agent takes Register calls and sends RegisterHost itself; "
       "send RegisterHost to the coordinator"));

@@ -37,11 +37,7 @@ std::string EnvOr(const char* name, std::string fallback) {
 
 int main(int argc, char** argv) {
   ccl::PrepareDaemonProcess(argv[0]);
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = ccl::BlockStopSignals();  // sigwait below
   // As cccoord: Debian's absl would otherwise track lock graphs on every
   // lock.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -94,6 +94,21 @@ class CoordinatorIntegrationTest : public ::testing::Test {
     return "secret-of-" + worker_id + "-0123456789abcdef0123456789abcdef";
   }
 
+  // The registration of NCCL worker "gpu-<i>" for rank i, with one id for
+  // the world (made by rank 0).
+  static v1::RegisterRequest NcclWorkerRequest(int i) {
+    v1::RegisterRequest request;
+    request.set_address("127.0.0.1:" + std::to_string(41000 + i));
+    request.set_host("localhost");
+    request.mutable_device()->set_kind(v1::DEVICE_KIND_CUDA);
+    request.mutable_device()->set_index(i);
+    request.set_worker_id("gpu-" + std::to_string(i));
+    request.set_worker_secret(SecretOf("gpu-" + std::to_string(i)));
+    request.set_requested_rank(i);
+    request.set_nccl_ranks_per_root(0);
+    return request;
+  }
+
   v1::World GetWorld() {
     v1::World world;
     grpc::Status s = stub_->GetWorld(Context().get(), {}, &world);
@@ -346,16 +361,7 @@ TEST_F(CoordinatorIntegrationTest, RegisterCarriesTheNcclIdToRanksThatReadIt) {
   std::vector<std::future<absl::StatusOr<v1::RegisterResponse>>> replies;
   for (int i = 0; i < kWorld; ++i) {
     replies.push_back(std::async(std::launch::async, [&, i] {
-      v1::RegisterRequest request;
-      request.set_address("127.0.0.1:" + std::to_string(41000 + i));
-      request.set_host("localhost");
-      request.mutable_device()->set_kind(v1::DEVICE_KIND_CUDA);
-      request.mutable_device()->set_index(i);
-      request.set_worker_id("gpu-" + std::to_string(i));
-      request.set_worker_secret(SecretOf("gpu-" + std::to_string(i)));
-      request.set_requested_rank(i);
-      request.set_nccl_ranks_per_root(0);  // one id, made by rank 0
-      return client->Register(request);
+      return client->Register(NcclWorkerRequest(i));
     }));
   }
   absl::StatusOr<v1::RegisterResponse> first = replies[0].get();
@@ -400,25 +406,13 @@ TEST_F(CoordinatorIntegrationTest, RegisterHostAnswersEachMemberAsItsRegister) {
   ASSERT_NE(p, nullptr);
   auto client =
       CoordinatorClient::Connect(p->loopback_address(), milliseconds(10000));
-  auto member = [](int i) {
-    v1::RegisterRequest request;
-    request.set_address("127.0.0.1:" + std::to_string(42000 + i));
-    request.set_host("localhost");
-    request.mutable_device()->set_kind(v1::DEVICE_KIND_CUDA);
-    request.mutable_device()->set_index(i);
-    request.set_worker_id("gpu-" + std::to_string(i));
-    request.set_worker_secret(SecretOf("gpu-" + std::to_string(i)));
-    request.set_requested_rank(i);
-    request.set_nccl_ranks_per_root(0);  // one id, made by rank 0
-    return request;
-  };
   v1::RegisterHostRequest host;
-  *host.add_members() = member(0);
-  *host.add_members() = member(1);
-  v1::RegisterRequest bad = member(9);
+  *host.add_members() = NcclWorkerRequest(0);
+  *host.add_members() = NcclWorkerRequest(1);
+  v1::RegisterRequest bad = NcclWorkerRequest(9);
   bad.clear_address();
   *host.add_members() = bad;
-  *host.add_members() = member(2);
+  *host.add_members() = NcclWorkerRequest(2);
   auto context = Context();
   std::unique_ptr<grpc::ClientReader<v1::RegisterHostReply>> stream =
       stub_->RegisterHost(context.get(), host);
@@ -432,8 +426,9 @@ TEST_F(CoordinatorIntegrationTest, RegisterHostAnswersEachMemberAsItsRegister) {
   EXPECT_FALSE(reply.has_response());
 
   // The world completes with a fourth worker registering on its own.
-  auto last = std::async(std::launch::async,
-                         [&] { return client->Register(member(3)); });
+  auto last = std::async(std::launch::async, [&] {
+    return client->Register(NcclWorkerRequest(3));
+  });
   ASSERT_TRUE(stream->Read(&reply));
   EXPECT_EQ(reply.member(), 0);
   ASSERT_EQ(reply.code(), 0) << reply.message();
