@@ -12,18 +12,31 @@ namespace {
 constexpr char kAuthorization[] = "authorization";
 
 // What the members of one upstream RegisterHost share with it: whether the
-// call still runs, and how many of its workers went away (when all have,
-// it is cancelled: the coordinator then withdraws their registrations).
+// call still runs, and which of its workers are still owed an answer and
+// still there. When every one still owed has gone away, the call is
+// cancelled: the coordinator then withdraws their registrations.
 struct UpstreamState {
   std::mutex mutex;
   grpc::ClientContext* context = nullptr;  // valid while !done
   bool done = false;
-  int members = 0;
-  int gone = 0;
+  std::vector<bool> settled;  // answered or gone, by member
+  int open = 0;               // members neither answered nor gone
 
-  void MemberGone() {
+  void Answered(int member) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (++gone == members && !done) context->TryCancel();
+    SettleLocked(member);
+  }
+  void Gone(int member) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (SettleLocked(member) && open == 0 && !done) context->TryCancel();
+  }
+
+ private:
+  bool SettleLocked(int member) {
+    if (settled[member]) return false;
+    settled[member] = true;
+    --open;
+    return true;
   }
 };
 
@@ -59,15 +72,16 @@ class HostAgentService::MemberCall final : public grpc::ServerUnaryReactor {
     return context_->deadline();
   }
 
-  // Its batch left in `upstream`.
-  void Sent(std::shared_ptr<UpstreamState> upstream) {
+  // Its batch left in `upstream`, where it is member `member`.
+  void Sent(std::shared_ptr<UpstreamState> upstream, int member) {
     bool gone;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       upstream_ = upstream;
+      member_ = member;
       gone = gone_;
     }
-    if (gone) upstream->MemberGone();
+    if (gone) upstream->Gone(member);
   }
 
   void OnCancel() override {
@@ -82,12 +96,14 @@ class HostAgentService::MemberCall final : public grpc::ServerUnaryReactor {
       return;
     }
     std::shared_ptr<UpstreamState> upstream;
+    int member;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       gone_ = true;
       upstream = upstream_;
+      member = member_;
     }
-    if (upstream != nullptr) upstream->MemberGone();
+    if (upstream != nullptr) upstream->Gone(member);
   }
   void OnDone() override { delete this; }
 
@@ -101,6 +117,7 @@ class HostAgentService::MemberCall final : public grpc::ServerUnaryReactor {
   std::mutex mutex_;
   bool gone_ = false;
   std::shared_ptr<UpstreamState> upstream_;
+  int member_ = -1;
 };
 
 namespace {
@@ -115,7 +132,8 @@ class UpstreamHostCall final
         answered_(members_.size(), false),
         state_(std::make_shared<UpstreamState>()) {
     state_->context = &context_;
-    state_->members = static_cast<int>(members_.size());
+    state_->settled.assign(members_.size(), false);
+    state_->open = static_cast<int>(members_.size());
     std::chrono::system_clock::time_point deadline{};
     for (auto* member : members_) {
       *request_.add_members() = member->request();
@@ -131,7 +149,9 @@ class UpstreamHostCall final
       context_.AddMetadata(kAuthorization, authorization);
     }
     stub.async()->RegisterHost(&context_, &request_, this);
-    for (auto* member : members_) member->Sent(state_);
+    for (size_t m = 0; m < members_.size(); ++m) {
+      members_[m]->Sent(state_, static_cast<int>(m));
+    }
     StartRead(&reply_);
     StartCall();
   }
@@ -153,6 +173,7 @@ class UpstreamHostCall final
           member_kv.insert({key, value});
         }
       }
+      state_->Answered(m);
       member->Finish(grpc::Status(static_cast<grpc::StatusCode>(reply_.code()),
                                   reply_.message()));
     } else {

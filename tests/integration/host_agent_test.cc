@@ -2,11 +2,15 @@
 // forms with one RegisterHost per host, collectives run, and a worker
 // restarted behind its agent, or a restarted coordinator, is re-joined
 // through it.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <chrono>
+#include <future>
 #include <string>
+#include <thread>
 
+#include "ccl/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/client_wire.h"
@@ -114,6 +118,69 @@ TEST(HostAgentTest, WorkersAndTheCoordinatorRestartedBehindAgentsRejoin) {
   for (int k = 0; k < kHosts; ++k) {
     EXPECT_TRUE(cluster->host_agent(k).running()) << "agent " << k;
   }
+}
+
+// Workers that go away while their batch is at the coordinator (killed, or
+// a client that cancels) leave no rank behind: the agent cancels the
+// RegisterHost once every worker it still owed an answer has gone, and the
+// coordinator withdraws their registrations, as it does for a lone Register
+// whose caller went away. The calls carry no deadline, so nothing but the
+// agent's cancel ends the RegisterHost.
+TEST(HostAgentTest, WorkersThatGoAwayLeaveNoRankBehind) {
+  auto cccoord = testing::BinaryPath("cccoord");
+  auto cchostagent = testing::BinaryPath("cchostagent");
+  ASSERT_TRUE(cccoord.ok() && cchostagent.ok());
+  auto coordinator = testing::Subprocess::Start(
+      *cccoord, {"--world-size", "3", "--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ASSERT_TRUE((*coordinator)->WaitForPort(seconds(20)).ok());
+  auto agent = testing::Subprocess::Start(
+      *cchostagent, {"--coordinator", (*coordinator)->loopback_address(),
+                     "--listen", "127.0.0.1:0", "--workers", "2"});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  ASSERT_TRUE((*agent)->WaitForPort(seconds(20)).ok());
+
+  grpc::ClientContext contexts[2];
+  auto register_until_cancelled = [&](int i) {
+    auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+        (*agent)->loopback_address(), grpc::InsecureChannelCredentials()));
+    v1::RegisterRequest request;
+    request.set_address("127.0.0.1:" + std::to_string(45000 + i));
+    request.set_worker_id("goes-away-" + std::to_string(i));
+    v1::RegisterResponse response;
+    return stub->Register(&contexts[i], request, &response).error_code();
+  };
+  auto first = std::async(std::launch::async, register_until_cancelled, 0);
+  auto second = std::async(std::launch::async, register_until_cancelled, 1);
+  // Cancelled once their batch has left (and, so, once both are parked).
+  const std::string sent = "registering 2 worker(s) in one RegisterHost";
+  const auto sent_by = std::chrono::steady_clock::now() + seconds(20);
+  while ((*agent)->ReadLog().find(sent) == std::string::npos &&
+         std::chrono::steady_clock::now() < sent_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_THAT((*agent)->ReadLog(), HasSubstr(sent));
+  contexts[0].TryCancel();
+  contexts[1].TryCancel();
+  EXPECT_EQ(first.get(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(second.get(), grpc::StatusCode::CANCELLED);
+
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      (*coordinator)->loopback_address(), grpc::InsecureChannelCredentials()));
+  int members = -1;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (members != 0 && std::chrono::steady_clock::now() < deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    v1::World world;
+    if (stub->GetWorld(&context, {}, &world).ok()) {
+      members = world.members_size();
+    }
+    if (members != 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(members, 0) << "the workers that went away still hold ranks";
+  EXPECT_TRUE((*agent)->running());
 }
 
 }  // namespace
