@@ -59,10 +59,12 @@ NO_GRPC = ["server/core/", "server/comm/", "server/check/", "server/cuda/",
            "coordinator/", "client/cluster_client.h", "client/types.",
            "client/ccctl/"]
 # coordinator/request_limits validates the adapter's proto requests before
-# the core sees them (as server/rpc/request_limits does): adapter code.
+# the core sees them (as server/rpc/request_limits does): adapter code. The
+# host agent's service and daemon are its adapter; its batcher is logic.
 GRPC_OK = ["coordinator/client/", "coordinator/coordinator_service.",
            "coordinator/request_limits.", "coordinator/main.cc",
-           "client/ccctl/health.cc"]
+           "coordinator/host_agent/host_agent_service.",
+           "coordinator/host_agent/main.cc", "client/ccctl/health.cc"]
 # Only these see CUDA or NCCL headers.
 CUDA_OK = ["server/cuda/", "server/comm/nccl/", "server/check/device_check_",
            "server/core/memory_cuda.cc"]

@@ -391,6 +391,7 @@ int main(int argc, char** argv) {
   agent_options.registration = request;
   agent_options.coordinator = coordinator;
   agent_options.registrar = registrar.get();
+  agent_options.registrar_address = host_agent;
   agent_options.register_timeout =
       std::chrono::milliseconds(register_timeout_ms);
   agent_options.on_state = [&](const std::string& state) {
@@ -410,8 +411,10 @@ int main(int argc, char** argv) {
   // The coordinator may start after us (compose, Kubernetes): Join retries
   // while it is unreachable, within the register timeout.
   if (absl::Status joined = agent.Join(); !joined.ok()) {
-    spdlog::error("ccworker: joining the world through {} failed: {}",
-                  coordinator, joined.ToString());
+    spdlog::error("ccworker: joining the world through {}{} failed: {}",
+                  coordinator,
+                  host_agent.empty() ? "" : " (host agent " + host_agent + ")",
+                  joined.ToString());
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(1));
     return 1;

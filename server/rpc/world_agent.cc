@@ -149,7 +149,11 @@ absl::Status WorldAgent::Rejoin(bool first, Clock::time_point give_up,
     }
     if (attempts++ % 10 == 0) {
       spdlog::warn("ccworker: register with {}: {}; retrying",
-                   options_.coordinator, error.ToString());
+                   options_.registrar != nullptr
+                       ? options_.coordinator + " through the host agent " +
+                             options_.registrar_address
+                       : options_.coordinator,
+                   error.ToString());
     }
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait_for(lock, backoff, [this] { return stop_; });

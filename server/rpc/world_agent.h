@@ -40,6 +40,8 @@ struct WorldAgentOptions {
   // Every other call goes to the coordinator directly, so the KV traffic of
   // a rendezvous takes no extra hop. Must outlive the agent.
   CoordinatorClient* registrar = nullptr;
+  // Its address, for messages.
+  std::string registrar_address;
   // Gives up the first join after this long; later re-joins retry until
   // the worker stops.
   std::chrono::milliseconds register_timeout{300000};
