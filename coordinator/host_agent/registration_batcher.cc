@@ -35,8 +35,7 @@ void RegistrationBatcher::Add(CallId call, const std::string& credential) {
     waiting.calls.push_back(call);
     if (waiting.calls.size() == 1) {
       waiting.batch = next_batch_++;
-      timers_.ScheduleAfter(window_, [this, credential,
-                                      batch = waiting.batch] {
+      timers_.ScheduleAfter(window_, [this, credential, batch = waiting.batch] {
         std::vector<CallId> due;
         {
           std::lock_guard<std::mutex> timer_lock(mutex_);
@@ -46,9 +45,9 @@ void RegistrationBatcher::Add(CallId call, const std::string& credential) {
       });
     }
     // The host's workers not yet registered in this round are all here.
-    if (expected_ > 0 && waiting.sent_in_round +
-                                 static_cast<int>(waiting.calls.size()) >=
-                             expected_) {
+    if (expected_ > 0 &&
+        waiting.sent_in_round + static_cast<int>(waiting.calls.size()) >=
+            expected_) {
       full = TakeLocked(credential, waiting.batch);
     }
   }
