@@ -225,6 +225,10 @@ RankResults<TensorInfo> ClusterClient::Alloc(
     *request.mutable_spec() =
         internal::ToWire(alloc.spec, impl_->DeviceOf(alloc.rank));
     *request.mutable_fill() = internal::ToWire(alloc.fill);
+    // A worker still forming this generation fills with the rank it will
+    // have there, not the one it had before (or none).
+    request.set_generation(impl_->world.generation);
+    request.set_rank(alloc.rank);
     requests.push_back(std::move(request));
   }
   const auto deadline = impl_->Deadline();

@@ -23,6 +23,20 @@ bool IsConstant(FillKind kind) {
 
 }  // namespace
 
+bool DependsOnRank(const Fill& fill) {
+  switch (fill.kind) {
+    case FillKind::kRank:
+    case FillKind::kRankPlusOne:
+    case FillKind::kArangePlusRank:
+    case FillKind::kRandom:
+      return true;
+    case FillKind::kAffine:
+      return fill.rank_scale != 0;
+    default:
+      return false;
+  }
+}
+
 double FillValue(const Fill& fill, int rank, int64_t index) {
   const double i = static_cast<double>(index);
   switch (fill.kind) {

@@ -12,6 +12,10 @@
 
 namespace ccl {
 
+// Whether what `fill` writes differs from rank to rank (a request with such
+// a fill must wait until this worker knows its rank).
+bool DependsOnRank(const Fill& fill);
+
 // Value element `index` of a tensor filled with `fill` on `rank` gets (before
 // rounding to the dtype). Uninitialized reads as 0.
 double FillValue(const Fill& fill, int rank, int64_t index);

@@ -32,6 +32,14 @@ struct ShrinkInfo {
   std::vector<int> excluded_ranks;
 };
 
+// Who the caller of a rank-dependent request took this worker to be: the
+// generation of the caller's view of the world (0: it had none) and the rank
+// it addressed in it (-1: whichever this worker has).
+struct RankView {
+  int64_t generation = 0;
+  int rank = -1;
+};
+
 struct PlanSpec {
   std::string group = kWorldGroup;
   int64_t seq = 0;
@@ -99,7 +107,8 @@ class WorkerCore {
   virtual std::string backend() const = 0;
   virtual const WorkerConfig& config() const = 0;
 
-  // Tensors.
+  // Tensors. Alloc fills with the rank this worker has now; a caller that
+  // may come before the world has formed uses AllocAsync.
   virtual absl::StatusOr<TensorMeta> Alloc(const TensorMeta& spec,
                                            const Fill& fill) = 0;
   virtual absl::StatusOr<int64_t> Free(const std::string& name) = 0;
@@ -122,9 +131,17 @@ class WorkerCore {
   virtual absl::StatusOr<TensorMeta> Lookup(const std::string& name) const = 0;
   // Alloc and Summarize off the caller's thread (fills and summaries take
   // time in proportion to the tensor; an RPC thread must not spend it).
-  // `done` runs on the core's host-work thread.
+  // `done` runs on the core's host-work thread, or on a timer thread when
+  // the wait below ends in an error.
+  // A fill that depends on the rank is made with the rank `view` meant: it
+  // waits (at most `wait`) until this worker is in `view.generation`, or,
+  // without one, until it is in a formed world and not re-forming, since
+  // the rank it had before may not be its rank there (a worker answers
+  // requests while its first world is still forming). FAILED_PRECONDITION
+  // when this worker's rank is not `view.rank`.
   virtual void AllocAsync(
-      const TensorMeta& spec, const Fill& fill,
+      const TensorMeta& spec, const Fill& fill, const RankView& view,
+      std::chrono::milliseconds wait,
       std::function<void(absl::StatusOr<TensorMeta>)> done) = 0;
   virtual void SummarizeAsync(
       const std::string& name, int64_t head,

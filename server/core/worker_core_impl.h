@@ -118,6 +118,10 @@ class WorkerCoreImpl final : public WorkerCore {
 
   absl::Status FormWorld(int rank, int world_size, int64_t generation,
                          KvStore& store, const ShrinkInfo& shrink) override;
+  // FormWorld's work; FormWorld keeps what went wrong for the requests
+  // still waiting for a generation.
+  absl::Status BuildWorld(int rank, int world_size, int64_t generation,
+                          KvStore& store, const ShrinkInfo& shrink);
 
   int rank() const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -169,12 +173,9 @@ class WorkerCoreImpl final : public WorkerCore {
     return (*tensor)->meta();
   }
   void AllocAsync(
-      const TensorMeta& spec, const Fill& fill,
-      std::function<void(absl::StatusOr<TensorMeta>)> done) override {
-    host_work_.Post([this, spec, fill, done = std::move(done)] {
-      done(Alloc(spec, fill));
-    });
-  }
+      const TensorMeta& spec, const Fill& fill, const RankView& view,
+      std::chrono::milliseconds wait,
+      std::function<void(absl::StatusOr<TensorMeta>)> done) override;
   void SummarizeAsync(
       const std::string& name, int64_t head,
       std::function<void(absl::StatusOr<TensorSummary>)> done) override {
@@ -746,6 +747,10 @@ class WorkerCoreImpl final : public WorkerCore {
   void ReapLocked(std::function<void()> stop);
   std::vector<std::shared_ptr<GenerationWaiter>> waiters_;
   std::optional<std::chrono::system_clock::time_point> reforming_since_;
+  // Why the last FormWorld failed, until one succeeds: a request that timed
+  // out waiting for a generation says it (the cause of a world that keeps
+  // re-forming, rather than only that it does).
+  std::string last_form_failure_;
   // FormWorld's thread only: whether this re-form shrinks the old world's
   // communicator, and that world's executor meanwhile.
   bool shrinking_ = false;

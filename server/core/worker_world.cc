@@ -3,6 +3,7 @@
 // after a re-form, making subgroups, and requests waiting for a generation
 // this worker has not reached. The class is in worker_core_impl.h.
 #include "common/unique_id_plan.h"
+#include "server/core/fill.h"
 #include "server/core/worker_core_impl.h"
 
 namespace ccl {
@@ -11,6 +12,18 @@ namespace worker_core_internal {
 absl::Status WorkerCoreImpl::FormWorld(int rank, int world_size,
                                        int64_t generation, KvStore& store,
                                        const ShrinkInfo& shrink) {
+  absl::Status built = BuildWorld(rank, world_size, generation, store, shrink);
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_form_failure_ = built.ok()
+                           ? std::string()
+                           : absl::StrCat("forming generation ", generation,
+                                          " failed: ", built.ToString());
+  return built;
+}
+
+absl::Status WorkerCoreImpl::BuildWorld(int rank, int world_size,
+                                        int64_t generation, KvStore& store,
+                                        const ShrinkInfo& shrink) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not in a world of size ", world_size));
@@ -408,9 +421,67 @@ void WorkerCoreImpl::GenerationTimedOut(
                 .count(),
             " ms");
       }
+      if (!last_form_failure_.empty()) {
+        absl::StrAppend(&why, "; on this worker ", last_form_failure_);
+      }
     }
     waiter->ready(absl::DeadlineExceededError(why));
   }
+}
+
+void WorkerCoreImpl::AllocAsync(
+    const TensorMeta& spec, const Fill& fill, const RankView& view,
+    std::chrono::milliseconds wait,
+    std::function<void(absl::StatusOr<TensorMeta>)> done) {
+  if (!DependsOnRank(fill)) {
+    host_work_.Post([this, spec, fill, done = std::move(done)] {
+      done(Alloc(spec, fill));
+    });
+    return;
+  }
+  int64_t generation = view.generation;
+  if (generation == 0) {
+    // The caller had no view of the world: the rank this worker will have
+    // once its world (the first, or the one it is re-forming into) formed.
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation = !world_            ? std::max<int64_t>(1, forming_generation_)
+                 : reforming_since_ ? forming_generation_
+                                    : generation_;
+  }
+  AwaitGeneration(
+      generation, wait,
+      [this, spec, fill, view, done = std::move(done)](absl::Status ready) {
+        if (!ready.ok()) {
+          return done(absl::Status(
+              ready.code(),
+              absl::StrCat("tensor '", spec.name,
+                           "' is filled with this worker's rank, which it "
+                           "does not know yet: ",
+                           ready.message())));
+        }
+        host_work_.Post([this, spec, fill, view, done = std::move(done)] {
+          int rank = 0;
+          int64_t generation = 0;
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            rank = rank_;
+            generation = generation_;
+          }
+          if (view.rank >= 0 && view.rank != rank) {
+            return done(absl::FailedPreconditionError(absl::StrCat(
+                "tensor '", spec.name,
+                "' is filled with the rank, and this "
+                "worker is rank ",
+                rank, " in generation ", generation, ", not rank ", view.rank,
+                " as the request addressed it (in "
+                "generation ",
+                view.generation,
+                "): the world changed; look "
+                "it up again (ccctl status) and repeat the request")));
+          }
+          done(store_.Alloc(spec, fill, rank));
+        });
+      });
 }
 
 absl::StatusOr<std::map<std::string, WorkerCoreImpl::GroupEntry>>

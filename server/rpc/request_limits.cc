@@ -118,6 +118,12 @@ absl::Status ValidateRequest(const v1::AllocTensorRequest& request,
     return absl::InvalidArgumentError(
         absl::StrCat("unknown fill kind ", request.fill().kind()));
   }
+  if (request.generation() < 0 || (request.has_rank() && request.rank() < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the world view of an alloc needs a generation >= 0 and a rank >= 0; "
+        "got generation ",
+        request.generation(), " and rank ", request.rank()));
+  }
   return absl::OkStatus();
 }
 

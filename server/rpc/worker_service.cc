@@ -285,10 +285,25 @@ void WorkerService::AllocTensor(AllocTensorCall* call) {
   if (!meta.ok()) return call->Finish(meta.status());
   auto fill = FillFromProto(request.fill());
   if (!fill.ok()) return call->Finish(fill.status());
-  core_.AllocAsync(*meta, *fill, [call](absl::StatusOr<TensorMeta> result) {
-    if (result.ok()) *call->response() = TensorInfoToProto(*result);
-    call->Finish(result.status());
-  });
+  RankView view;
+  view.generation = request.generation();
+  if (request.has_rank()) view.rank = request.rank();
+  // A wait for the rank ends a little before the call's deadline, so that
+  // the caller gets the worker's reason rather than its own timeout.
+  std::chrono::milliseconds wait = core_.config().default_op_timeout;
+  if (const auto deadline = call->call_deadline();
+      deadline != std::chrono::system_clock::time_point::max()) {
+    wait = std::min(wait,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        (deadline - std::chrono::system_clock::now()) * 4 / 5));
+  }
+  core_.AllocAsync(*meta, *fill, view, wait,
+                   [call](absl::StatusOr<TensorMeta> result) {
+                     if (result.ok()) {
+                       *call->response() = TensorInfoToProto(*result);
+                     }
+                     call->Finish(result.status());
+                   });
 }
 
 void WorkerService::FreeTensor(FreeTensorCall* call) {

@@ -20,6 +20,8 @@ ccl_gtest(groups_test SOURCES groups_test.cc LIBS ccl_local_cluster
   DEPENDS ccctl LABELS integration TIMEOUT 300)
 ccl_gtest(failure_test SOURCES failure_test.cc refusal_test.cc
   LIBS ccl_local_cluster LABELS integration TIMEOUT 900)
+ccl_gtest(fresh_world_test SOURCES fresh_world_test.cc
+  LIBS ccl_local_cluster LABELS integration TIMEOUT 300)
 
 # The same tests on NCCL (ncclCommSplit): workers on cuda:0..3; label gpu,
 # skips visibly with fewer than four GPUs.
@@ -31,6 +33,12 @@ if(CCL_HAVE_CUDA)
   # Kills, stops and restarts under NCCL: the abort path on real GPUs.
   ccl_gtest(failure_nccl_test SOURCES failure_test.cc refusal_test.cc
     LIBS ccl_local_cluster DEFINES CCL_CONFORMANCE_DEVICE="cuda"
+    LABELS gpu TIMEOUT 900)
+  # A fresh world's first fill and all_reduce, repeated
+  # (CCL_FRESH_WORLD_REPEATS, CCL_FRESH_WORLD_WORKERS).
+  ccl_gtest(fresh_world_nccl_test SOURCES fresh_world_test.cc
+    LIBS ccl_local_cluster CUDA::cudart
+    DEFINES CCL_CONFORMANCE_DEVICE="cuda" CCL_CONFORMANCE_CUDA=1
     LABELS gpu TIMEOUT 900)
 endif()
 

@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace ccl::testing {
@@ -68,12 +70,29 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     auto worker_port = worker->WaitForPort(options.ready_timeout);
     if (!worker_port.ok()) return worker_port.status();
   }
-  auto ready = cluster->WaitUntilReady(options.ready_timeout);
+  auto ready = options.wait_for_workers_ready
+                   ? cluster->WaitUntilReady(options.ready_timeout)
+                   : cluster->WaitUntilRegistered(options.ready_timeout);
   if (!ready.ok()) {
     cluster->DumpLogsOnFailure();
     return ready.status();
   }
   return cluster;
+}
+
+int SimulatedHostGpus() {
+  const char* value = std::getenv("CCL_TEST_SIMULATED_HOSTS");
+  int gpus = 0;
+  if (value == nullptr || !absl::SimpleAtoi(value, &gpus)) return 0;
+  return std::max(0, gpus);
+}
+
+std::string CudaWorkersMissing(int workers, int gpus) {
+  if (gpus >= workers || (SimulatedHostGpus() > 0 && gpus > 0)) return "";
+  return absl::StrCat("needs ", workers,
+                      " CUDA devices (or CCL_TEST_SIMULATED_HOSTS=GPUS to "
+                      "share fewer as simulated hosts), found ",
+                      gpus);
 }
 
 absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::StartWorker(
@@ -91,7 +110,14 @@ absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::StartWorker(
       "--rank",
       absl::StrCat(i),
       "--device",
-      options_.device == "cuda" ? absl::StrCat("cuda:", i) : options_.device};
+      options_.device};
+  if (options_.device == "cuda") {
+    const int gpus = SimulatedHostGpus();
+    args.back() = absl::StrCat("cuda:", gpus > 0 ? i % gpus : i);
+    if (gpus > 0) {
+      args.insert(args.end(), {"--host-id", absl::StrCat("simhost", i)});
+    }
+  }
   if (!host_agent.empty() && !options_.all_calls_through_host_agent) {
     args.insert(args.end(), {"--host-agent", host_agent});
   }
@@ -137,6 +163,24 @@ absl::Status LocalCluster::RestartCoordinator() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return last;
+}
+
+absl::StatusOr<int64_t> LocalCluster::WaitUntilRegistered(
+    std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  absl::Status last = absl::UnavailableError("not registered");
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto client = Client(std::chrono::seconds(5));
+    if (client.ok() &&
+        (*client)->world().state == client::WorldState::kComplete) {
+      return (*client)->world().generation;
+    }
+    if (!client.ok()) last = client.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("the world did not complete within ", timeout.count(),
+                   " ms: ", last.ToString()));
 }
 
 absl::StatusOr<int64_t> LocalCluster::WaitUntilReady(

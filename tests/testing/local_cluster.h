@@ -13,9 +13,20 @@
 
 namespace ccl::testing {
 
+// $CCL_TEST_SIMULATED_HOSTS=G: a "cuda" cluster puts worker i on
+// cuda:(i mod G), each worker a simulated host of its own (ccworker
+// --host-id simhost<i>), so that a test of any number of ranks runs on a
+// machine with G GPUs: NCCL then joins the ranks through its network
+// transport (../shared/GPU.md; scripts/gpu-check.sh sets it). 0 when unset.
+int SimulatedHostGpus();
+// Why a "cuda" cluster of `workers` cannot run on a machine with `gpus`
+// GPUs (empty: it can, with a GPU each or as simulated hosts).
+std::string CudaWorkersMissing(int workers, int gpus);
+
 struct LocalClusterOptions {
   int workers = 2;
-  std::string device = "cpu";  // "cuda" gives worker i the device cuda:i
+  // "cuda" gives worker i the device cuda:i (see SimulatedHostGpus).
+  std::string device = "cpu";
   std::vector<std::string> worker_args;
   std::vector<std::string> coordinator_args;
   // > 0: this many cchostagent processes (as hosts of consecutive ranks)
@@ -26,6 +37,10 @@ struct LocalClusterOptions {
   bool all_calls_through_host_agent = false;
   std::vector<std::string> host_agent_args;
   std::chrono::milliseconds ready_timeout{std::chrono::seconds(60)};
+  // false: Start returns as soon as the coordinator has every rank
+  // registered, while the workers may still be forming their world (what a
+  // client sees when it comes right after `ccctl status` says complete).
+  bool wait_for_workers_ready = true;
   // What Client() (and the readiness check) connects with.
   SecurityOptions client_security;
 };
@@ -54,6 +69,10 @@ class LocalCluster {
   // generation.
   absl::StatusOr<int64_t> WaitUntilReady(std::chrono::milliseconds timeout,
                                          int64_t min_generation = 0);
+  // Until the coordinator reports the world complete (every rank
+  // registered), whatever the workers' state; returns the generation.
+  absl::StatusOr<int64_t> WaitUntilRegistered(
+      std::chrono::milliseconds timeout);
 
   // A client of this cluster (a new one each call, as separate users are).
   absl::StatusOr<std::unique_ptr<client::ClusterClient>> Client(

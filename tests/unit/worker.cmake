@@ -9,3 +9,5 @@ ccl_gtest(arrival_check_unit_tests SOURCES arrival_check_test.cc
   LIBS ccl_worker_core LABELS unit TIMEOUT 60)
 ccl_gtest(plan_work_unit_tests SOURCES plan_work_test.cc
   LIBS ccl_worker_core LABELS unit TIMEOUT 60)
+ccl_gtest(rank_view_unit_tests SOURCES rank_view_test.cc
+  LIBS ccl_worker_core LABELS unit TIMEOUT 60)

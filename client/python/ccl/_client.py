@@ -340,7 +340,10 @@ class Client:
                                            device=self._member(r).device),
                 fill=worker_pb2.Fill(kind=_FILLS[fill], value=value,
                                      rank_scale=rank_scale, step=step,
-                                     seed=seed))
+                                     seed=seed),
+                # A worker still forming this generation fills with the
+                # rank it will have there, not the one it had before.
+                generation=self._world.generation, rank=r)
             for r in ranks}
         futures = {r: self._worker(r).AllocTensor.future(
             req, timeout=self.timeout) for r, req in requests.items()}
