@@ -41,6 +41,10 @@ struct Member {
   int rank = 0;
   std::string address;  // host:port of the worker's gRPC server
   std::string host;
+  // The host id the worker registered with (ccworker --host-id; empty: its
+  // hostname is its host) and its GPU's PCI bus id (empty on CPU).
+  std::string host_id;
+  std::string device_bus_id;
   Device device;
   MemberState state = MemberState::kUnknown;
   int64_t last_seen_age_ms = 0;

@@ -13,6 +13,16 @@
 namespace ccl::coordinator {
 namespace {
 
+// One GPU of one host as NCCL tells them apart (RegisterRequest in the
+// proto); empty when there is no GPU to claim.
+std::string GpuClaim(const std::string& host, const std::string& host_id,
+                     const std::string& boot_id, const std::string& bus_id) {
+  if (bus_id.empty()) return std::string();
+  return host_id.empty()
+             ? absl::StrCat("host:", host, "/", boot_id, "|", bus_id)
+             : absl::StrCat("id:", host_id, "|", bus_id);
+}
+
 // A world this large is a typo, and a roster of that size is memory.
 constexpr int kMaxWorldSize = 1 << 20;
 // Random bytes of a secret the coordinator issues (hex-encoded, twice as
@@ -190,6 +200,8 @@ WorldInfo CoordinatorCore::SnapshotLocked() const {
     m.rank = rank;
     m.address = member->address;
     m.host = member->host;
+    m.host_id = member->host_id;
+    m.device_bus_id = member->device_bus_id;
     m.device = member->device;
     m.state = member->state();
     m.last_seen_age_ms =
@@ -429,6 +441,12 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
           absl::StrCat("register: world of size ", WorldSize(), " is full"));
     }
 
+    const std::string claim = GpuClaim(request.host, request.host_id,
+                                       request.boot_id, request.device_bus_id);
+    if (error.ok() && !claim.empty()) {
+      error = CheckGpuClaimLocked(claim, rank, request);
+    }
+
     if (error.ok()) {
       Member* member = roster_.Find(rank);
       // Known worker ids hold their slot: that is a reconnect.
@@ -447,7 +465,11 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
       }
       member->address = request.address;
       member->host = request.host;
+      member->host_id = request.host_id;
+      member->boot_id = request.boot_id;
+      member->device_bus_id = request.device_bus_id;
       member->device = request.device;
+      if (!claim.empty()) gpu_claims_[claim] = rank;
       member->last_seen = Now();
       member->resume_generation = request.resume_generation;
       member->known_generation = request.known_generation;
@@ -499,6 +521,32 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
   }
   if (!error.ok()) return fail(std::move(error));
   for (auto& f : deferred) f();
+}
+
+absl::Status CoordinatorCore::CheckGpuClaimLocked(
+    const std::string& claim, int rank, const RegisterRequest& request) const {
+  auto it = gpu_claims_.find(claim);
+  if (it == gpu_claims_.end() || it->second == rank) return absl::OkStatus();
+  const Member* holder = roster_.Find(it->second);
+  if (holder == nullptr || !holder->live() ||
+      GpuClaim(holder->host, holder->host_id, holder->boot_id,
+               holder->device_bus_id) != claim) {
+    return absl::OkStatus();
+  }
+  const std::string host =
+      request.host_id.empty()
+          ? absl::StrCat("host '", request.host, "' (no host id set)")
+          : absl::StrCat("host id '", request.host_id, "'");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "register: worker '", request.worker_id, "' at ", request.address,
+      " claims GPU ", request.device_bus_id, " (", DeviceName(request.device),
+      ") of ", host, ", which rank ", it->second, " (worker '",
+      holder->worker_id, "' at ", holder->address,
+      ") already holds: NCCL refuses two ranks of one host on one GPU "
+      "(\"Duplicate GPU detected\"). Give each worker on this GPU a host "
+      "id of its own (ccworker --host-id ID, env CCL_HOST_ID; ccctl cluster "
+      "up --hosts N does it for a local cluster), or put this one on "
+      "another GPU"));
 }
 
 void CoordinatorCore::FailRegisterWaitersLocked(Member& member,

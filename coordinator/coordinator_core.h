@@ -67,6 +67,9 @@ struct MemberInfo {
   int rank = 0;
   std::string address;
   std::string host;
+  // As registered (RegisterRequest).
+  std::string host_id;
+  std::string device_bus_id;
   Device device;
   MemberState state = MemberState::kJoining;
   int64_t last_seen_age_ms = 0;
@@ -92,6 +95,13 @@ struct WorldInfo {
 struct RegisterRequest {
   std::string address;
   std::string host;
+  // The host and GPU NCCL takes the worker to be (the proto's
+  // RegisterRequest says how): a registration that claims the GPU of a
+  // live member on the same host is refused, since NCCL would refuse the
+  // world. Empty device_bus_id: not a GPU.
+  std::string host_id;
+  std::string boot_id;
+  std::string device_bus_id;
   Device device;
   std::optional<int> requested_rank;
   // Empty means anonymous: such a worker cannot reclaim its rank later.
@@ -316,6 +326,10 @@ class CoordinatorCore {
   // Its heartbeat ages are those of when it was taken.
   std::shared_ptr<const WorldInfo> SharedSnapshotLocked();
   std::string DescribeMissingLocked() const;
+  // FAILED_PRECONDITION when a live member other than `rank` holds
+  // `claim` (GpuClaim), naming both workers and the way out.
+  absl::Status CheckGpuClaimLocked(const std::string& claim, int rank,
+                                   const RegisterRequest& request) const;
   void SweepLocked(Deferred& deferred);
   void FormWorldLocked(Deferred& deferred);
   // Answers a registration of the current generation: at once, or, for a
@@ -356,6 +370,11 @@ class CoordinatorCore {
   uint64_t next_serial_ = 1;
   int64_t generation_ = 0;
   Roster roster_;
+  // Which rank last registered with each GPU claim (GpuClaim in the .cc):
+  // a registration's check is one lookup, not a pass over the world. An
+  // entry can be stale (its member left or moved); the check reads the
+  // member it names.
+  std::unordered_map<std::string, int> gpu_claims_;
   std::shared_ptr<const WorldInfo> snapshot_;
   uint64_t snapshot_version_ = 0;
   int64_t snapshot_generation_ = -1;

@@ -77,6 +77,9 @@ absl::StatusOr<RegisterRequest> RegisterFromProto(
   RegisterRequest native;
   native.address = request.address();
   native.host = request.host();
+  native.host_id = request.host_id();
+  native.boot_id = request.boot_id();
+  native.device_bus_id = request.device_bus_id();
   native.device = *device;
   if (request.has_requested_rank()) {
     native.requested_rank = request.requested_rank();
@@ -133,6 +136,8 @@ v1::World ToProto(const WorldInfo& world) {
     pm->set_rank(m.rank);
     pm->set_address(m.address);
     pm->set_host(m.host);
+    pm->set_host_id(m.host_id);
+    pm->set_device_bus_id(m.device_bus_id);
     *pm->mutable_device() = ccl::ToProto(m.device);
     pm->set_state(ToProto(m.state));
     pm->set_last_seen_age_ms(m.last_seen_age_ms);

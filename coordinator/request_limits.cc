@@ -156,6 +156,12 @@ absl::Status ValidateRequest(const v1::RegisterRequest& request,
       Token("address", request.address(), limits.max_address_length));
   CCL_RETURN_IF_ERROR(Token("host", request.host(), limits.max_address_length));
   CCL_RETURN_IF_ERROR(
+      Token("host id", request.host_id(), limits.max_address_length));
+  CCL_RETURN_IF_ERROR(
+      Token("boot id", request.boot_id(), limits.max_address_length));
+  CCL_RETURN_IF_ERROR(Token("device bus id", request.device_bus_id(),
+                            limits.max_address_length));
+  CCL_RETURN_IF_ERROR(
       Token("worker id", request.worker_id(), limits.max_name_length));
   CCL_RETURN_IF_ERROR(Secret(request.worker_secret(), limits));
   if (request.has_requested_rank()) {

@@ -40,6 +40,10 @@ class Roster {
     uint64_t serial = 0;  // Tells registrations of one rank apart.
     std::string address;
     std::string host;
+    // As registered (RegisterRequest in coordinator_core.h).
+    std::string host_id;
+    std::string boot_id;
+    std::string device_bus_id;
     Device device;
     TimePoint last_seen;
     std::string worker_id;

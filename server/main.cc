@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -131,6 +132,13 @@ int main(int argc, char** argv) {
                  "address the data plane (Gloo TCP) binds to (default: the "
                  "advertised host)")
       ->envname("CCL_DATA_HOST");
+  std::string host_id;
+  app.add_option("--host-id", host_id,
+                 "the host this worker is to NCCL (sets NCCL_HOSTID): workers "
+                 "sharing a GPU need distinct ids (simulated hosts, "
+                 "../shared/GPU.md), and containers of one node that must be "
+                 "one host need the same (env CCL_HOST_ID)")
+      ->envname("CCL_HOST_ID");
   app.add_option("--rank", rank,
                  "requested rank; -1 lets the coordinator assign one (env "
                  "CCL_RANK or RANK)")
@@ -223,6 +231,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ccworker: %s\n",
                  std::string(device.status().message()).c_str());
     return 2;
+  }
+  if (!host_id.empty()) {
+    if (!std::all_of(host_id.begin(), host_id.end(),
+                     [](char c) { return c > ' ' && c < 0x7f; }) ||
+        host_id.size() > 255) {
+      std::fprintf(stderr,
+                   "ccworker: --host-id '%s': use at most 255 printable "
+                   "characters without spaces\n",
+                   host_id.c_str());
+      return 2;
+    }
+    // Before any thread starts (setenv is not safe beside getenv) and before
+    // NCCL computes its host hash, once per process, at the first init.
+    setenv("NCCL_HOSTID", host_id.c_str(), /*overwrite=*/1);
   }
   const std::string listen_host = listen.substr(0, listen.rfind(':'));
   if (advertise_host.empty()) {
@@ -360,11 +382,22 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // After the signal mask is set: the CUDA runtime starts threads of its
+  // own, which inherit it.
+  auto gpu_claim = ccl::GpuClaimOf(*device);
+  if (!gpu_claim.ok()) {
+    std::fprintf(stderr, "ccworker: device %s: %s\n", device_name.c_str(),
+                 std::string(gpu_claim.status().message()).c_str());
+    return 2;
+  }
   ccl::v1::RegisterRequest request;
   request.set_address(address);
   char hostname[256] = {};
   gethostname(hostname, sizeof(hostname) - 1);
   request.set_host(hostname);
+  request.set_host_id(gpu_claim->host_id);
+  request.set_boot_id(gpu_claim->boot_id);
+  request.set_device_bus_id(gpu_claim->bus_id);
   request.mutable_device()->set_kind(device->kind == ccl::DeviceKind::kCpu
                                          ? ccl::v1::DEVICE_KIND_CPU
                                          : ccl::v1::DEVICE_KIND_CUDA);

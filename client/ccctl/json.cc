@@ -83,6 +83,8 @@ json ToJson(const client::World& world) {
         {{"rank", m.rank},
          {"address", m.address},
          {"host", m.host},
+         {"host_id", m.host_id},
+         {"device_bus_id", m.device_bus_id},
          {"device", DeviceJson(m.device)},
          {"state",
           m.state == client::MemberState::kUnknown

@@ -53,8 +53,10 @@ int Status(Globals& globals) {
             << "\ngeneration:  " << world.generation
             << "\nworld size:  " << world.world_size << " ("
             << WorldStateName(world.state) << ")\n\n";
-  Table table({"RANK", "ADDRESS", "DEVICE", "STATE", "HEARTBEAT", "BACKEND",
-               "TENSORS", "BYTES"});
+  // HOST is what NCCL tells hosts apart by: ranks that share one talk
+  // within it (NVLink, shared memory), others over the network.
+  Table table({"RANK", "ADDRESS", "HOST", "DEVICE", "STATE", "HEARTBEAT",
+               "BACKEND", "TENSORS", "BYTES"});
   for (const auto& member : world.members) {
     std::string backend = "-", tensors = "-", bytes = "-";
     for (const auto& info : infos) {
@@ -68,6 +70,8 @@ int Status(Globals& globals) {
       }
     }
     table.AddRow({absl::StrCat(member.rank), member.address,
+                  member.host_id.empty() ? member.host
+                                         : absl::StrCat("id:", member.host_id),
                   DeviceName(member.device), MemberStateName(member.state),
                   absl::StrCat(member.last_seen_age_ms, "ms ago"), backend,
                   tensors, bytes});

@@ -109,6 +109,8 @@ World ToNative(const v1::World& world) {
     m.rank = member.rank();
     m.address = member.address();
     m.host = member.host();
+    m.host_id = member.host_id();
+    m.device_bus_id = member.device_bus_id();
     m.device = DeviceOf(member.device());
     m.state = ToNative(member.state());
     m.last_seen_age_ms = member.last_seen_age_ms();

@@ -43,4 +43,19 @@ std::string BackendFor(const Device& device);
 // reports that itself, and a worker that does not ask reads the ids itself).
 std::optional<int> NcclRanksPerRoot(const Device& device);
 
+// Which GPU of which host NCCL takes a worker on `device` to be: NCCL tells
+// hosts apart by $NCCL_HOSTID when it is set, else by the hostname and the
+// kernel's boot id, and GPUs by PCI bus id; it refuses a communicator in
+// which two ranks of one host share a GPU ("Duplicate GPU detected"). The
+// worker registers with this, so that the coordinator refuses the second
+// claim with a message rather than letting every init fail.
+struct GpuClaim {
+  std::string host_id;  // $NCCL_HOSTID (any device); empty when unset
+  std::string boot_id;  // /proc/sys/kernel/random/boot_id; empty on CPU
+  std::string bus_id;   // empty for a CPU device
+};
+// UNIMPLEMENTED for a CUDA device in a build without CUDA; the device's
+// error (e.g. no such device) from CUDA.
+absl::StatusOr<GpuClaim> GpuClaimOf(const Device& device);
+
 }  // namespace ccl

@@ -13,4 +13,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(
 
 std::optional<int> NcclRanksPerRoot(const Device&) { return std::nullopt; }
 
+absl::StatusOr<std::string> CudaBusId(int index) {
+  return absl::UnimplementedError(absl::StrCat(
+      "device cuda:", index, ": this build has no CUDA (no NCCL backend)"));
+}
+
 }  // namespace ccl

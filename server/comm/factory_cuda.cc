@@ -2,6 +2,7 @@
 #include "server/comm/factory_nccl.h"
 #include "server/comm/nccl/nccl_communicator.h"
 #include "server/comm/nccl/nccl_host.h"
+#include "server/cuda/device_memory.h"
 
 namespace ccl {
 
@@ -19,6 +20,10 @@ std::optional<int> NcclRanksPerRoot(const Device& device) {
   absl::StatusOr<int> ranks_per_root = nccl::RanksPerRootFromEnv();
   if (!ranks_per_root.ok()) return std::nullopt;
   return *ranks_per_root;
+}
+
+absl::StatusOr<std::string> CudaBusId(int index) {
+  return cuda::PciBusId(index);
 }
 
 }  // namespace ccl

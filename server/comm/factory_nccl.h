@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "server/comm/communicator.h"
@@ -16,5 +17,9 @@ namespace ccl {
 // without CUDA.
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(
     const CommunicatorConfig& config, KvStore& store);
+
+// The PCI bus id of CUDA device `index`, as NCCL reads it; UNIMPLEMENTED in
+// a build without CUDA.
+absl::StatusOr<std::string> CudaBusId(int index);
 
 }  // namespace ccl

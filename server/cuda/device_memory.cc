@@ -78,6 +78,14 @@ absl::Status SetDevice(int device) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> PciBusId(int device) {
+  // NCCL's own buffer size (NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE).
+  char bus_id[64] = {};
+  CCL_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetPCIBusId(bus_id, static_cast<int>(sizeof(bus_id)), device));
+  return std::string(bus_id);
+}
+
 absl::StatusOr<std::byte*> Malloc(int device, size_t bytes) {
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   void* p = nullptr;

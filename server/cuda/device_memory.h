@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -16,6 +17,8 @@ namespace ccl::cuda {
 // driver.
 int DeviceCount();
 absl::Status SetDevice(int device);
+// The device's PCI bus id ("0000:3b:00.0"), NCCL's name for a GPU.
+absl::StatusOr<std::string> PciBusId(int device);
 
 // RESOURCE_EXHAUSTED when the device is out of memory.
 absl::StatusOr<std::byte*> Malloc(int device, size_t bytes);

@@ -58,6 +58,68 @@ TEST_F(CoordinatorCoreTest, DuplicateRankIsAlreadyExistsNamingTheHolder) {
   EXPECT_FALSE(a->ready());
 }
 
+// NCCL refuses a world in which two ranks of one host share a GPU; the
+// coordinator refuses the second claim at registration, naming both
+// workers, the GPU and the way out, and never lets the world form (and
+// fail, and re-form) with it.
+TEST_F(CoordinatorCoreTest, TwoRanksOfOneHostOnOneGpuAreRefusedClearly) {
+  Make(3);
+  auto on_gpu = [&](const std::string& worker_id, int rank,
+                    const std::string& host_id) {
+    RegisterRequest request = Request(worker_id, milliseconds(0));
+    request.requested_rank = rank;
+    request.device = Device{DeviceKind::kCuda, 0};
+    request.host_id = host_id;
+    request.boot_id = "boot-1";
+    request.device_bus_id = "0000:3b:00.0";
+    return Send(std::move(request));
+  };
+  auto first = on_gpu("a", 0, "");
+  // No host id on either: hostname and boot id are the host, as to NCCL.
+  auto same = on_gpu("b", 1, "")->Get();
+  EXPECT_EQ(same.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(same.status().message(), HasSubstr("GPU 0000:3b:00.0 (cuda:0)"));
+  EXPECT_THAT(same.status().message(), HasSubstr("host 'node'"));
+  EXPECT_THAT(same.status().message(), HasSubstr("rank 0 (worker 'a'"));
+  EXPECT_THAT(same.status().message(), HasSubstr("Duplicate GPU detected"));
+  EXPECT_THAT(same.status().message(), HasSubstr("--host-id"));
+  // Each a simulated host of its own: the same GPU is fine.
+  auto first_sim = on_gpu("c", 1, "simhost1");
+  auto second_sim = on_gpu("d", 2, "simhost2");
+  ASSERT_TRUE(first->Get().ok());
+  ASSERT_TRUE(first_sim->Get().ok());
+  ASSERT_TRUE(second_sim->Get().ok());
+  EXPECT_EQ(core_->GetWorld().state, WorldState::kComplete);
+  EXPECT_EQ(core_->GetWorld().members[2].host_id, "simhost2");
+  EXPECT_EQ(core_->GetWorld().members[2].device_bus_id, "0000:3b:00.0");
+}
+
+TEST_F(CoordinatorCoreTest, AGpuClaimOfALostMemberIsFreeForItsReplacement) {
+  Make(2);
+  auto on_gpu = [&](const std::string& worker_id, int rank,
+                    const std::string& host_id, const std::string& bus_id) {
+    RegisterRequest request = Request(worker_id, milliseconds(0));
+    request.requested_rank = rank;
+    request.device = Device{DeviceKind::kCuda, 0};
+    request.host_id = host_id;
+    request.device_bus_id = bus_id;
+    return Send(std::move(request));
+  };
+  auto a = on_gpu("a", 0, "h0", "bus-0");
+  auto b = on_gpu("b", 1, "h1", "bus-0");
+  ASSERT_TRUE(a->Get().ok());
+  ASSERT_TRUE(b->Get().ok());
+  clock_.Advance(milliseconds(11000));
+  ASSERT_TRUE(core_->Heartbeat(Beat(0, 1, "a")).ok());
+  core_->SweepLiveness();
+  ASSERT_EQ(core_->GetWorld().members[1].state, MemberState::kLost);
+  // The lost rank's claim binds nobody: its replacement (same host, same
+  // GPU) takes rank 1.
+  auto replacement = on_gpu("b2", 1, "h1", "bus-0")->Get();
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ(replacement->rank, 1);
+}
+
 TEST_F(CoordinatorCoreTest, FullWorldIsResourceExhausted) {
   Make(2);
   FormWorld(2);
