@@ -17,6 +17,17 @@
 #   scripts/gpu-check.sh peer       # only the bare-NCCL peer steps (no
 #                                   # cluster, no ccctl; about a minute,
 #                                   # estimated, not yet timed)
+#   scripts/gpu-check.sh simhosts   # the multi-rank correctness verdict on
+#                                   # ONE GPU: every worker a simulated
+#                                   # host (ccworker --host-id), joined by
+#                                   # NCCL's network transport over
+#                                   # loopback; in two halves for the
+#                                   # 10-minute device call: simhosts1
+#                                   # (suites), simhosts2 (clusters,
+#                                   # Python, chaos). Correctness only:
+#                                   # the GPU is shared and the bytes
+#                                   # cross host sockets, so no figure
+#                                   # from it is a speed figure.
 #
 # run: sources the bundle's env.sh, runs conformance_nccl_test, starts a
 # 2-worker cuda cluster with ccctl, runs an all_reduce, every examples/*.yaml
@@ -38,9 +49,9 @@ mode=${1:-run}
 if [[ $mode == build ]]; then
   set -e
   cmake -S "$root" -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90
-  make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl conformance_nccl_test \
-    inprocess_conformance_nccl_test failure_nccl_test nccl_peer_bench \
-    client_latency
+  make -C "$build" -j"${JOBS:-2}" ccworker cccoord ccctl cchostagent \
+    conformance_nccl_test inprocess_conformance_nccl_test failure_nccl_test \
+    groups_nccl_test fresh_world_nccl_test nccl_peer_bench client_latency
   rm -rf "$bundle"
   # eu-stack (elfutils), when here, goes along for worker_stacks below.
   stack_tool=()
@@ -49,6 +60,9 @@ if [[ $mode == build ]]; then
   "${CCL_DEVICE_BUNDLE:-$root/../shared/tools/device-bundle}" "$bundle" \
     "$build/server/ccworker" \
     "$build/coordinator/cccoord" "$build/client/ccctl" \
+    "$build/coordinator/cchostagent" \
+    "$build/tests/integration/groups_nccl_test" \
+    "$build/tests/integration/fresh_world_nccl_test" \
     "$build/tests/gpu/conformance_nccl_test" \
     "$build/tests/conformance/inprocess_conformance_nccl_test" \
     "$build/tests/integration/failure_nccl_test" "$build/bench/nccl_peer_bench" \
@@ -189,7 +203,8 @@ python_steps() {
   # starts its own clusters), when the image's python3 has grpcio, protobuf,
   # numpy and pytest; its overhead beside ccctl's C++ client.
   python_env=(env PYTHONPATH="$bundle/python" CCL_TEST_DEVICE=cuda
-    CCL_TEST_WORKERS=2 CCL_SOURCE_DIR="$root" PYTHONDONTWRITEBYTECODE=1)
+    CCL_TEST_WORKERS="${CCL_TEST_WORKERS:-2}" CCL_SOURCE_DIR="$root"
+    PYTHONDONTWRITEBYTECODE=1)
   # One line: an indented second line was an IndentationError, which
   # skipped the suites as if a module were missing.
   if "${python_env[@]}" python3 -c 'import grpc, google.protobuf, numpy, pytest, ccl.v1.worker_pb2_grpc; print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)' \
@@ -198,9 +213,12 @@ python_steps() {
       step "python_$suite" 300 "${python_env[@]}" python3 -m pytest -q \
         -p no:cacheprovider -rs "$root/client/python/tests/test_$suite.py"
     done
-    step python_overhead 300 "${python_env[@]}" python3 \
-      "$root/bench/python_client_overhead.py" --device cuda \
-      --json "$OUT/python_overhead.json"
+    # A speed figure: not on simulated hosts, whose GPU is shared.
+    if [[ -z ${CCL_TEST_SIMULATED_HOSTS:-} ]]; then
+      step python_overhead 300 "${python_env[@]}" python3 \
+        "$root/bench/python_client_overhead.py" --device cuda \
+        --json "$OUT/python_overhead.json"
+    fi
   else
     summary+=("$(printf '%-28s %-12s' python_client "SKIP(imports)")")
     echo "== python client: skipped, python3 lacks a module:"
@@ -310,6 +328,107 @@ latency_steps() {  # latency_steps [SUFFIX of the step names]
   step "plan_flight$suffix" 30 bash -c "'$ccctl' -o json debug ops -n 2 >'$OUT/plan_flight$suffix.json'"
 }
 
+# Two workers on one GPU that claim one host: the second is refused at
+# registration with the message a user sees (printed into the log), never
+# a re-form loop; with no host id at all (hostname and boot id), the same;
+# and ccctl cluster up refuses a one-GPU cluster of fewer hosts than
+# workers before it starts anything.
+# shellcheck disable=SC2317
+same_host_refused() {
+  local dir=$OUT/same-host ok=0 case
+  mkdir -p "$dir"
+  for case in "--host-id onehost" ""; do
+    rm -f "$dir/coord.port"
+    "$bundle/bin/cccoord" --world-size 2 --listen 127.0.0.1:0 \
+      --port-file "$dir/coord.port" >"$dir/coord.log" 2>&1 &
+    local coord=$! i address
+    for i in $(seq 100); do [[ -s $dir/coord.port ]] && break; sleep 0.1; done
+    address=127.0.0.1:$(cat "$dir/coord.port")
+    # shellcheck disable=SC2086
+    "$bundle/bin/ccworker" --coordinator "$address" --device cuda:0 \
+      --rank 0 $case >"$dir/w0.log" 2>&1 &
+    local w0=$!
+    for i in $(seq 300); do
+      grep -q "rank 0 registered" "$dir/coord.log" && break; sleep 0.1
+    done
+    # shellcheck disable=SC2086
+    timeout 60 "$bundle/bin/ccworker" --coordinator "$address" \
+      --device cuda:0 --rank 1 $case >"$dir/w1.log" 2>&1
+    local rc=$?
+    kill "$w0" "$coord" 2>/dev/null; wait "$w0" "$coord" 2>/dev/null
+    echo "== two workers on cuda:0 with '${case:-no host id}': the second exited $rc:"
+    cat "$dir/w1.log"
+    if [[ $rc -ne 0 && $rc -ne 124 ]] &&
+        grep -q "Duplicate GPU detected" "$dir/w1.log" &&
+        grep -q "host id of its own" "$dir/w1.log"; then
+      ok=$((ok + 1))
+    fi
+  done
+  echo "== ccctl cluster up --workers 2 --device cuda:0 --hosts 1:"
+  CCCTL_STATE_DIR=$dir/state "$ccctl" cluster up --workers 2 --device cuda:0 \
+    --hosts 1 2>&1 && return 1
+  [[ $ok -eq 2 ]]
+}
+export -f same_host_refused
+export bundle
+
+# The multi-rank verdict on one GPU, every worker a simulated host. Its
+# suites build their own workers; CCL_TEST_SIMULATED_HOSTS makes them put
+# each on cuda:0 with a host id of its own.
+simhosts_suites() {
+  export CCL_TEST_SIMULATED_HOSTS=1
+  step same_host_refused 180 bash -c same_host_refused
+  step fresh_world_2 300 env CCL_FRESH_WORLD_WORKERS=2 \
+    CCL_FRESH_WORLD_REPEATS="${CCL_FRESH_WORLD_REPEATS:-10}" \
+    "$bundle/bin/fresh_world_nccl_test"
+  step fresh_world_4 300 env CCL_FRESH_WORLD_WORKERS=4 \
+    CCL_FRESH_WORLD_REPEATS="${CCL_FRESH_WORLD_REPEATS:-5}" \
+    "$bundle/bin/fresh_world_nccl_test"
+  step conformance_nccl_test_2_3_4 420 "$bundle/bin/conformance_nccl_test" \
+    --gtest_output="xml:$OUT/conformance_nccl_test.xml"
+  step groups_nccl_test_4 300 "$bundle/bin/groups_nccl_test" \
+    --gtest_output="xml:$OUT/groups_nccl_test.xml"
+}
+
+simhosts_clusters() {
+  export CCL_TEST_SIMULATED_HOSTS=1
+  # Kills, stops, a coordinator restart, refusals, and --elastic shrink
+  # 4 -> 3 (ncclCommShrink), on four simulated hosts.
+  step failure_nccl_test_4 540 env CCL_FAILURE_WORKERS=4 \
+    CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-2}" \
+    "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
+  local n op yaml
+  for n in 4 2; do
+    step "cluster_up_$n" 180 "$ccctl" cluster up --workers "$n" --device cuda:0
+    step "status_$n" 30 "$ccctl" status
+    step "allreduce_sum_$n" 60 bash -c "'$ccctl' allreduce --op sum | tee /dev/stderr | grep -c '\[$((n * (n + 1) / 2)).0\]' | grep -qx $n"
+    if [[ $n == 4 ]]; then
+      for yaml in "$root"/examples/*.yaml; do
+        step "run_$(basename "$yaml" .yaml)_4" 180 "$ccctl" run "$yaml"
+      done
+      step group_create_4 60 "$ccctl" group create pair --ranks 3,1
+      step group_allreduce_4 60 bash -c "'$ccctl' --group pair allreduce --op sum | tee /dev/stderr | grep -c '\[6.0\]' | grep -qx 2"
+    fi
+    # Every op checked on the device (-c 1), a few sizes up to 16 MiB.
+    for op in ${ops//,/ }; do
+      step "bench_check_${op}_$n" 180 "$ccctl" bench "$op" -b 8 -e 16M -f 64 \
+        -n 2 -w 1 -c 1
+    done
+    step "cluster_down_$n" 60 "$ccctl" cluster down
+    cp -r "$CCCTL_STATE_DIR" "$OUT/cluster-logs-$n" 2>/dev/null || true
+  done
+  CCL_TEST_WORKERS=4 python_steps
+  if grep -q "^grpcio" "$OUT/python_imports.log" 2>/dev/null; then
+    # A short chaos run on CUDA workers: kills, stops, client faults.
+    step chaos_cuda 300 env PYTHONPATH="$bundle/python:$root/tests/chaos" \
+      CCL_BINARY_CCWORKER="$bundle/bin/ccworker" \
+      CCL_BINARY_CCCOORD="$bundle/bin/cccoord" python3 \
+      "$root/tests/chaos/chaos.py" --device cuda:0 --workers 3 --clients 2 \
+      --duration 90 --faults kill,stop,client --netns off --op-timeout 8 \
+      --out "$OUT/chaos"
+  fi
+}
+
 torch_steps() {
   local torch_ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
   step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" \
@@ -324,6 +443,9 @@ case $mode in
   quick) CCL_FAILURE_REPEATS=${CCL_FAILURE_REPEATS:-2} checks_steps
     CCL_GPU_QUICK=1 cluster_steps; peer_steps ;;
   peer) peer_steps ;;
+  simhosts) simhosts_suites; simhosts_clusters ;;
+  simhosts1) simhosts_suites ;;
+  simhosts2) simhosts_clusters ;;
   python) python_steps ;;
   # `run` in two halves, for when one command may not take the whole verdict.
   ours) checks_steps; cluster_steps; python_steps ;;
@@ -351,7 +473,7 @@ case $mode in
       step "cluster_down$suffix" 60 "$ccctl" cluster down
       cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs$suffix" 2>/dev/null || true
     done ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))

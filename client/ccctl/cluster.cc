@@ -12,9 +12,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
 
@@ -119,10 +122,39 @@ int Down(Globals& globals) {
   return kExitOk;
 }
 
-int Up(Globals& globals, const UpArgs& args) {
+// The last lines of a daemon's log that say something: why it exited.
+std::string LastLines(const std::string& path, size_t count) {
+  std::vector<std::string> lines;
+  std::istringstream in(ReadFile(path));
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    lines.push_back(line);
+    if (lines.size() > count) lines.erase(lines.begin());
+  }
+  return absl::StrJoin(lines, "\n  ");
+}
+
+int Up(Globals& globals, UpArgs args) {
   if (args.workers < 1) {
     return Fail(absl::InvalidArgumentError("--workers must be at least 1"),
                 true);
+  }
+  // One GPU for every worker (cuda:N): NCCL refuses two ranks of one host
+  // on one GPU, so each worker is a simulated host of its own, talking to
+  // the others through NCCL's network transport (../shared/GPU.md).
+  const bool one_gpu = absl::StartsWith(args.device, "cuda:");
+  if (one_gpu && args.workers > 1) {
+    if (args.hosts == 0) {
+      args.hosts = args.workers;
+    } else if (args.hosts != args.workers) {
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat(
+              "--device ", args.device, " puts all ", args.workers,
+              " workers on one GPU, and NCCL refuses two ranks of one host "
+              "on one GPU: each worker must be a host of its own (--hosts ",
+              args.workers, ", or leave --hosts out)")),
+          true);
+    }
   }
   if (args.hosts < 0 || args.hosts > args.workers) {
     return Fail(absl::InvalidArgumentError(
@@ -175,6 +207,9 @@ int Up(Globals& globals, const UpArgs& args) {
   // node's workers do in a large world (docs/deploy.md).
   std::vector<pid_t> host_agents;
   std::vector<std::string> host_agent_of(args.workers);
+  // Each simulated host is a host to NCCL too (ccworker --host-id): its
+  // ranks talk to other hosts' through NCCL's network transport.
+  std::vector<std::string> host_id_of(args.workers);
   const int per_host =
       args.hosts > 0 ? (args.workers + args.hosts - 1) / args.hosts : 0;
   for (int h = 0; h < args.hosts; ++h) {
@@ -204,6 +239,7 @@ int Up(Globals& globals, const UpArgs& args) {
     for (int i = first; i < first + count; ++i) {
       host_agent_of[i] =
           absl::StrCat("127.0.0.1:", std::stoi(ReadFile(agent_port_file)));
+      host_id_of[i] = absl::StrCat("simhost", h);
     }
   }
   std::vector<pid_t> workers;
@@ -220,7 +256,8 @@ int Up(Globals& globals, const UpArgs& args) {
                                             "--listen",
                                             "127.0.0.1:0"};
     if (!host_agent_of[i].empty()) {
-      worker_argv.insert(worker_argv.end(), {"--host-agent", host_agent_of[i]});
+      worker_argv.insert(worker_argv.end(), {"--host-agent", host_agent_of[i],
+                                             "--host-id", host_id_of[i]});
     }
     worker_argv.insert(worker_argv.end(), security_args.begin(),
                        security_args.end());
@@ -258,11 +295,20 @@ int Up(Globals& globals, const UpArgs& args) {
       Down(globals);
       return Fail(client.status(), true);
     }
-    for (pid_t pid : workers) {
-      if (!Alive(pid)) {
-        int status = 0;
-        waitpid(pid, &status, WNOHANG);
-      }
+    // A worker that exited will not come back: say why at once rather
+    // than at the deadline (its children are ours, so a dead one is a
+    // zombie until reaped here).
+    for (size_t i = 0; i < workers.size() && !ready; ++i) {
+      int status = 0;
+      if (waitpid(workers[i], &status, WNOHANG) != workers[i]) continue;
+      const std::string log = absl::StrCat(dir, "/worker-", i, ".log");
+      Down(globals);
+      return Fail(absl::UnavailableError(absl::StrCat(
+          "worker ", i, " exited (",
+          WIFEXITED(status) ? absl::StrCat("status ", WEXITSTATUS(status))
+                            : absl::StrCat("signal ", WTERMSIG(status)),
+          ") before the cluster was ready; the end of ", log, ":\n  ",
+          LastLines(log, 3))));
     }
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -292,12 +338,21 @@ void AddClusterCommands(CLI::App& app, Globals& globals, int& exit_code) {
   auto* up = cluster->add_subcommand(
       "up", "start a coordinator and N workers on 127.0.0.1 in the background");
   up->add_option("--workers,-n", args->workers)->capture_default_str();
-  up->add_option("--device", args->device, "cpu or cuda (one GPU per worker)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  up->add_option("--device", args->device,
+                 "cpu, cuda (one GPU per worker) or cuda:N (every worker on "
+                 "GPU N, each a simulated host of its own)")
+      ->check([](const std::string& device) {
+        return device == "cpu" || device == "cuda" ||
+                       (absl::StartsWith(device, "cuda:") &&
+                        ParseDevice(device).ok())
+                   ? std::string()
+                   : "expected cpu, cuda or cuda:N";
+      })
       ->capture_default_str();
   up->add_option("--hosts", args->hosts,
                  "split the workers over this many simulated hosts, each "
-                 "registering through its own cchostagent; 0: none")
+                 "registering through its own cchostagent and a host of its "
+                 "own to NCCL (ccworker --host-id); 0: none")
       ->capture_default_str();
   up->add_option("--wait", args->wait, "how long to wait for readiness")
       ->capture_default_str();

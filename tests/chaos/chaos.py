@@ -108,7 +108,7 @@ class Run:
             events=self.events, op_timeout=a.op_timeout,
             heartbeat_interval_ms=a.heartbeat_interval_ms,
             heartbeat_timeout_ms=a.heartbeat_timeout_ms,
-            seq_gap_timeout_ms=a.seq_gap_timeout_ms)
+            seq_gap_timeout_ms=a.seq_gap_timeout_ms, device=a.device)
         c = self.cluster
         self.netns, self.hosts = c.netns, c.hosts
         self.coord, self.workers = c.coord, c.workers
@@ -436,6 +436,10 @@ def main():
     p.add_argument("--fault-gap", default="1,4",
                    help="seconds of plain traffic between faults: min,max")
     p.add_argument("--netns", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, or cuda:N for every worker on GPU N as a "
+                        "simulated host of its own (the GPU machine: "
+                        "scripts/gpu-check.sh)")
     p.add_argument("--op-timeout", type=float, default=3.0)
     p.add_argument("--heartbeat-interval-ms", type=int, default=250)
     p.add_argument("--heartbeat-timeout-ms", type=int, default=2000)

@@ -126,9 +126,9 @@ class ConformanceTest : public ::testing::TestWithParam<int> {
 #ifdef CCL_CONFORMANCE_CUDA
     int gpus = 0;
     if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-    if (gpus < GetParam()) {
-      GTEST_SKIP() << "needs " << GetParam() << " CUDA devices, "
-                   << "cudaGetDeviceCount found " << gpus;
+    if (std::string missing = testing::CudaWorkersMissing(GetParam(), gpus);
+        !missing.empty()) {
+      GTEST_SKIP() << missing;
     }
 #endif
     testing::LocalClusterOptions options;

@@ -49,10 +49,9 @@ class GroupsTest : public ::testing::Test {
 #ifdef CCL_CONFORMANCE_CUDA
     int gpus = 0;
     if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-    if (gpus < kWorkers) {
-      skip_reason_ = new std::string(
-          absl::StrCat("needs ", kWorkers,
-                       " CUDA devices, cudaGetDeviceCount found ", gpus));
+    if (std::string missing = testing::CudaWorkersMissing(kWorkers, gpus);
+        !missing.empty()) {
+      skip_reason_ = new std::string(std::move(missing));
       return;
     }
 #endif

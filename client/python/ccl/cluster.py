@@ -116,11 +116,14 @@ class LocalCluster:
     """`workers` ccworker processes (device "cpu", or "cuda" for cuda:i on
     worker i) and a cccoord, ready (world complete, every worker ready)
     when the constructor returns. `client_options` are what the readiness
-    check connects with (TLS files, a token)."""
+    check connects with (TLS files, a token). `simulated_hosts=G` shares G
+    GPUs among the "cuda" workers: worker i on cuda:(i mod G), each a host
+    of its own to NCCL (ccworker --host-id), so NCCL joins them through its
+    network transport."""
 
     def __init__(self, workers=2, device="cpu", worker_args=(),
                  coordinator_args=(), ready_timeout=60.0, env=None,
-                 client_options=None):
+                 client_options=None, simulated_hosts=0):
         self.client_options = dict(client_options or {})
         self.workers = []
         self.coordinator = None
@@ -136,12 +139,16 @@ class LocalCluster:
             port = self._coordinator.wait_port(deadline)
             self.coordinator = f"127.0.0.1:{port}"
             for i in range(workers):
-                dev = f"cuda:{i}" if device == "cuda" else device
+                dev, host = device, []
+                if device == "cuda":
+                    dev = f"cuda:{i % simulated_hosts if simulated_hosts else i}"
+                    if simulated_hosts:
+                        host = ["--host-id", f"simhost{i}"]
                 self.workers.append(_Process(
                     f"ccworker-{i}",
                     [binary("ccworker"), "--coordinator", self.coordinator,
                      "--listen", "127.0.0.1:0", "--rank", str(i), "--device",
-                     dev, *worker_args], self.directory, self._env))
+                     dev, *host, *worker_args], self.directory, self._env))
             for w in self.workers:
                 w.wait_port(deadline)
             self.wait_ready(max(1.0, deadline - time.monotonic()))

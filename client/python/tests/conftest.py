@@ -4,7 +4,9 @@
 Environment: CCL_BINARY_CCCOORD / CCL_BINARY_CCWORKER / CCL_BINARY_CCCTL
 (ctest sets them to this build's binaries), CCL_TEST_DEVICE=cuda to run the
 same suites on CUDA workers (the GPU machine: scripts/gpu-check.sh), and
-CCL_TEST_WORKERS for the world size (default 3 on CPU, 2 on CUDA).
+CCL_TEST_WORKERS for the world size (default 3 on CPU, 2 on CUDA), and
+CCL_TEST_SIMULATED_HOSTS=G to share G GPUs among more CUDA workers, each a
+simulated host (ccl.cluster.LocalCluster's simulated_hosts).
 """
 
 import os
@@ -29,8 +31,12 @@ SOURCE_DIR = os.environ.get(
     os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 
 
+SIMULATED_HOSTS = int(os.environ.get("CCL_TEST_SIMULATED_HOSTS") or 0)
+
+
 def start_cluster(workers=WORKERS, **kwargs):
     kwargs.setdefault("device", DEVICE)
+    kwargs.setdefault("simulated_hosts", SIMULATED_HOSTS)
     return LocalCluster(workers=workers, **kwargs)
 
 
