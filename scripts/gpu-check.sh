@@ -21,10 +21,11 @@
 #                                   # ONE GPU: every worker a simulated
 #                                   # host (ccworker --host-id), joined by
 #                                   # NCCL's network transport over
-#                                   # loopback; in two halves for the
+#                                   # loopback; in three parts for the
 #                                   # 10-minute device call: simhosts1
-#                                   # (suites), simhosts2 (clusters,
-#                                   # Python, chaos). Correctness only:
+#                                   # (suites), simhosts2 (failures),
+#                                   # simhosts3 (clusters, Python,
+#                                   # chaos). Correctness only:
 #                                   # the GPU is shared and the bytes
 #                                   # cross host sockets, so no figure
 #                                   # from it is a speed figure.
@@ -381,22 +382,26 @@ simhosts_suites() {
   step fresh_world_2 300 env CCL_FRESH_WORLD_WORKERS=2 \
     CCL_FRESH_WORLD_REPEATS="${CCL_FRESH_WORLD_REPEATS:-10}" \
     "$bundle/bin/fresh_world_nccl_test"
-  step fresh_world_4 300 env CCL_FRESH_WORLD_WORKERS=4 \
-    CCL_FRESH_WORLD_REPEATS="${CCL_FRESH_WORLD_REPEATS:-5}" \
-    "$bundle/bin/fresh_world_nccl_test"
   step conformance_nccl_test_2_3_4 420 "$bundle/bin/conformance_nccl_test" \
     --gtest_output="xml:$OUT/conformance_nccl_test.xml"
   step groups_nccl_test_4 300 "$bundle/bin/groups_nccl_test" \
     --gtest_output="xml:$OUT/groups_nccl_test.xml"
+  step fresh_world_4 300 env CCL_FRESH_WORLD_WORKERS=4 \
+    CCL_FRESH_WORLD_REPEATS="${CCL_FRESH_WORLD_REPEATS:-5}" \
+    "$bundle/bin/fresh_world_nccl_test"
+}
+
+simhosts_failures() {
+  export CCL_TEST_SIMULATED_HOSTS=1
+  # Kills, stops, a coordinator restart, refusals, and --elastic shrink
+  # 4 -> 3 (ncclCommShrink), on four simulated hosts.
+  step failure_nccl_test_4 560 env CCL_FAILURE_WORKERS=4 \
+    CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-2}" \
+    "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
 }
 
 simhosts_clusters() {
   export CCL_TEST_SIMULATED_HOSTS=1
-  # Kills, stops, a coordinator restart, refusals, and --elastic shrink
-  # 4 -> 3 (ncclCommShrink), on four simulated hosts.
-  step failure_nccl_test_4 540 env CCL_FAILURE_WORKERS=4 \
-    CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-2}" \
-    "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
   local n op yaml
   for n in 4 2; do
     step "cluster_up_$n" 180 "$ccctl" cluster up --workers "$n" --device cuda:0
@@ -443,9 +448,10 @@ case $mode in
   quick) CCL_FAILURE_REPEATS=${CCL_FAILURE_REPEATS:-2} checks_steps
     CCL_GPU_QUICK=1 cluster_steps; peer_steps ;;
   peer) peer_steps ;;
-  simhosts) simhosts_suites; simhosts_clusters ;;
+  simhosts) simhosts_suites; simhosts_failures; simhosts_clusters ;;
   simhosts1) simhosts_suites ;;
-  simhosts2) simhosts_clusters ;;
+  simhosts2) simhosts_failures ;;
+  simhosts3) simhosts_clusters ;;
   python) python_steps ;;
   # `run` in two halves, for when one command may not take the whole verdict.
   ours) checks_steps; cluster_steps; python_steps ;;
@@ -473,7 +479,7 @@ case $mode in
       step "cluster_down$suffix" 60 "$ccctl" cluster down
       cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs$suffix" 2>/dev/null || true
     done ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2|simhosts3]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))
