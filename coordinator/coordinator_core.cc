@@ -142,6 +142,8 @@ void CoordinatorCore::StartGenerationLocked(int64_t next, Deferred& deferred) {
   generation_ = next;
   ids_expected_ = true;
   reform_requested_at_.reset();
+  began_after_ = std::move(sealed_reason_);
+  sealed_reason_.clear();
   kv_.Advance(next,
               absl::AbortedError(absl::StrCat("generation ", previous,
                                               " is over (current is ", next,
@@ -192,6 +194,8 @@ WorldInfo CoordinatorCore::SnapshotLocked() const {
     world.shrunk_from_generation = last_shrink_.from;
     world.excluded_ranks = last_shrink_.excluded;
   }
+  world.reforming_reason = sealed_reason_;
+  world.began_after = began_after_;
   const TimePoint now = Now();
   for (int rank = 0; rank < WorldSize(); ++rank) {
     const Member* member = roster_.Find(rank);

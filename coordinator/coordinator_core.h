@@ -90,6 +90,12 @@ struct WorldInfo {
   // (ranks of that generation); 0 when it is not a shrink.
   int64_t shrunk_from_generation = 0;
   std::vector<int> excluded_ranks;
+  // Non-empty while the generation is ending (a rank's communicator broke,
+  // or it asked to re-form): why. No sequence numbers are handed out in it.
+  std::string reforming_reason;
+  // The last generation's reforming_reason when this one began after it
+  // (World.began_after).
+  std::string began_after;
 };
 
 struct RegisterRequest {
@@ -173,6 +179,9 @@ struct HeartbeatRequest {
   // this seq has ended there (HeartbeatRequest.finished_below); published
   // as the generation's ProgressKey.
   std::map<std::string, int64_t> finished_below;
+  // Non-empty: a communicator of the worker broke just now; the generation
+  // takes no new ops (HeartbeatRequest.seal_reason). reform_reason follows.
+  std::string seal_reason;
 };
 
 struct HeartbeatResult {
@@ -390,6 +399,16 @@ class CoordinatorCore {
   std::optional<TimePoint> reform_requested_at_;
   std::string reform_reason_;
   int reform_rank_ = -1;
+  // Set when a rank of the current generation reported a broken
+  // communicator (a seal or a re-form request); cleared by the next
+  // generation. While set, ReserveSequence refuses the generation: an op
+  // sent now would meet the broken communicator on some ranks and run, or
+  // hang, on the others.
+  std::string sealed_reason_;
+  // sealed_reason_ of the generation before this one.
+  std::string began_after_;
+  // Records the first report of a broken communicator in this generation.
+  void SealLocked(int rank, const std::string& reason);
   KvSpace kv_;
 
   // Last, so that it is destroyed first: its thread runs callbacks that use

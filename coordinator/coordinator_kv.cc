@@ -138,6 +138,28 @@ absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::ReserveSequence(
   }
   absl::StatusOr<int64_t> gen = kv_.Resolve(generation);
   if (!gen.ok()) return gen.status();
+  // The clients (ccctl, C++, Python) recognise this refusal by the world's
+  // reforming_reason and wait for the next generation within the op's
+  // timeout: the op runs there.
+  // A generation that is over takes no new ops either: its workers have
+  // left it, and would refuse an op stamped with it.
+  if (*gen != generation_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "reserve sequence: generation ", *gen,
+        " is over; the world is in "
+        "generation ",
+        generation_,
+        began_after_.empty()
+            ? ""
+            : absl::StrCat(" (it began after ", began_after_, ")")));
+  }
+  if (!sealed_reason_.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "reserve sequence: generation ", generation_, " is re-forming after ",
+        sealed_reason_,
+        "; no new op runs in it. Send the op again once "
+        "the next generation has begun (the clients wait for it)"));
+  }
   return std::make_pair(*gen, kv_.Reserve(*gen, group, count));
 }
 

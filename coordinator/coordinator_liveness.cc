@@ -71,6 +71,11 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
                      generation_, "; re-register"));
   }
   PublishProgressLocked(*member, request, deferred);
+  if (!request.seal_reason.empty())
+    SealLocked(request.rank, request.seal_reason);
+  if (!request.reform_reason.empty()) {
+    SealLocked(request.rank, request.reform_reason);
+  }
   // Only a whole world re-forms at once; a degraded one re-forms when the
   // missing rank comes back (Register does that).
   if (!request.reform_reason.empty() &&
@@ -85,6 +90,16 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
   }
   MaybeReformLocked(deferred);
   return HeartbeatResult{generation_, StateLocked()};
+}
+
+void CoordinatorCore::SealLocked(int rank, const std::string& reason) {
+  if (!sealed_reason_.empty()) return;
+  sealed_reason_ =
+      absl::StrCat("rank ", rank, "'s communicator broke: ", reason);
+  roster_.Touch();  // the world's snapshot says so now
+  spdlog::warn(
+      "generation {}: {}; no new ops in it, the next generation follows",
+      generation_, sealed_reason_);
 }
 
 void CoordinatorCore::PublishProgressLocked(Roster::Member& member,

@@ -106,6 +106,7 @@ HeartbeatRequest HeartbeatFromProto(const v1::HeartbeatRequest& request) {
   native.tensor_count = request.tensor_count();
   native.tensor_bytes = request.tensor_bytes();
   native.reform_reason = request.reform_reason();
+  native.seal_reason = request.seal_reason();
   native.secret = request.worker_secret();
   native.finished_below.insert(request.finished_below().begin(),
                                request.finished_below().end());
@@ -123,6 +124,8 @@ v1::World ToProtoHeader(const WorldInfo& world) {
   out.set_heartbeat_timeout_ms(world.heartbeat_timeout_ms);
   out.set_shrunk_from_generation(world.shrunk_from_generation);
   for (int rank : world.excluded_ranks) out.add_excluded_ranks(rank);
+  out.set_reforming_reason(world.reforming_reason);
+  out.set_began_after(world.began_after);
   return out;
 }
 

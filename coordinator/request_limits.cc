@@ -190,15 +190,20 @@ absl::Status ValidateRequest(const v1::HeartbeatRequest& request,
   CCL_RETURN_IF_ERROR(Secret(request.worker_secret(), limits));
   CCL_RETURN_IF_ERROR(NotNegative("tensor count", request.tensor_count()));
   CCL_RETURN_IF_ERROR(NotNegative("tensor bytes", request.tensor_bytes()));
-  const std::string& reason = request.reform_reason();
-  if (reason.size() > limits.max_reason_bytes) {
-    return TooLong("reform reason", reason.size(), limits.max_reason_bytes, "");
-  }
   CCL_RETURN_IF_ERROR(NextSeqs("heartbeat reports",
                                "heartbeat's finished_below",
                                request.finished_below(), limits));
-  if (std::any_of(reason.begin(), reason.end(), IsControl)) {
-    return absl::InvalidArgumentError("reform reason has a control character");
+  for (const auto& [what, reason] :
+       {std::pair<const char*, const std::string*>{"reform reason",
+                                                   &request.reform_reason()},
+        {"seal reason", &request.seal_reason()}}) {
+    if (reason->size() > limits.max_reason_bytes) {
+      return TooLong(what, reason->size(), limits.max_reason_bytes, "");
+    }
+    if (std::any_of(reason->begin(), reason->end(), IsControl)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has a control character"));
+    }
   }
   return absl::OkStatus();
 }

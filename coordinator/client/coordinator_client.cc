@@ -45,9 +45,13 @@ absl::StatusOr<v1::RegisterResponse> CoordinatorClient::Register(
 }
 
 absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
-    const v1::HeartbeatRequest& request) {
+    const v1::HeartbeatRequest& request,
+    std::optional<std::chrono::milliseconds> timeout) {
   v1::HeartbeatResponse response;
   auto context = Context();
+  if (timeout) {
+    context->set_deadline(std::chrono::system_clock::now() + *timeout);
+  }
   absl::Status status =
       FromGrpcStatus(stub_->Heartbeat(context.get(), request, &response));
   if (!status.ok()) return status;

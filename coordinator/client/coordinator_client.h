@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,10 @@ class CoordinatorClient {
 
   absl::StatusOr<v1::RegisterResponse> Register(
       const v1::RegisterRequest& request);
+  // `timeout`, when set, bounds this call instead of the RPC timeout.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
-      const v1::HeartbeatRequest& request);
+      const v1::HeartbeatRequest& request,
+      std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   absl::Status Deregister(const v1::DeregisterRequest& request);
   absl::StatusOr<v1::World> GetWorld();
 

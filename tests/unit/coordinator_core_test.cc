@@ -344,6 +344,57 @@ TEST_F(CoordinatorCoreTest, HeartbeatProgressIsPublishedPerGroupAndGeneration) {
   EXPECT_EQ(core_->KvGet(2, ProgressKey("world", 1))->second, "12");
 }
 
+// A rank whose communicator just broke seals its generation (issue 42): no
+// new sequence numbers are handed out in it, refused as UNAVAILABLE naming
+// the cause, and the world says it is re-forming and why, so a client waits
+// for the next generation instead of queueing ops the broken rank can never
+// run (a gap the others would wait out). The next generation is open again.
+TEST_F(CoordinatorCoreTest, ABrokenCommunicatorSealsItsGeneration) {
+  Make(2);
+  FormWorld(2);
+  ASSERT_TRUE(core_->ReserveSequence(1, "world", 1).ok());
+  HeartbeatRequest seal = Beat(1, 1, "w1");
+  seal.seal_reason = "recv from rank 0 timed out";
+  ASSERT_TRUE(core_->Heartbeat(seal).ok());
+  EXPECT_EQ(core_->GetWorld().generation, 1);
+  EXPECT_EQ(core_->GetWorld().reforming_reason,
+            "rank 1's communicator broke: recv from rank 0 timed out");
+  for (const char* group : {"world", "pair"}) {
+    auto refused = core_->ReserveSequence(1, group, 1);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("generation 1 is re-forming after rank 1's "
+                          "communicator broke: recv from rank 0 timed out"));
+  }
+  // A later cause does not replace the first one: it is what the user did.
+  clock_.Advance(milliseconds(10));
+  HeartbeatRequest again = Beat(0, 1, "w0", 0, 0, "peer closed the connection");
+  ASSERT_TRUE(core_->Heartbeat(again).ok());
+  EXPECT_THAT(core_->GetWorld().reforming_reason, HasSubstr("rank 1's"));
+  // Rank 1 heard from after rank 0's request: generation 2 begins, unsealed.
+  clock_.Advance(milliseconds(10));
+  auto last = core_->Heartbeat(Beat(1, 1, "w1", 0, 0, "recv timed out"));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->generation, 2);
+  EXPECT_EQ(core_->GetWorld().reforming_reason, "");
+  EXPECT_EQ(core_->GetWorld().began_after,
+            "rank 1's communicator broke: recv from rank 0 timed out");
+  for (const char* worker : {"w0", "w1"}) {
+    auto joined = Register(worker)->Get();
+    ASSERT_TRUE(joined.ok()) << joined.status();
+  }
+  auto open = core_->ReserveSequence(2, "world", 1);
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_EQ(open->first, 2);
+  // The old generation takes no ops either (its workers have left it): a
+  // client still there is told it is over, and why the next one began.
+  auto over = core_->ReserveSequence(1, "world", 1);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(over.status().message()),
+              HasSubstr("generation 1 is over; the world is in generation 2 "
+                        "(it began after rank 1's communicator broke"));
+}
+
 // A rank whose communicator broke asks for a new generation; it starts once
 // every rank has been heard from since, so that a rank that died (and broke
 // the others' communicators) is not counted into it.
