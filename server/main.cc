@@ -315,6 +315,15 @@ int main(int argc, char** argv) {
   config.on_ops_done = [&metrics](std::span<const ccl::OpRecord> records) {
     metrics.OnOpsDone(records);
   };
+  // A broken communicator is told to the coordinator by the world agent,
+  // which is made after the core: the hook reaches it through `sealer`.
+  std::mutex sealer_mutex;
+  ccl::WorldAgent* sealer = nullptr;
+  config.on_communicator_broken =
+      [&sealer_mutex, &sealer](int64_t generation, const absl::Status& cause) {
+        std::lock_guard<std::mutex> lock(sealer_mutex);
+        if (sealer != nullptr) sealer->Seal(generation, cause);
+      };
   auto core = ccl::WorkerCore::Create(config);
   if (!core.ok()) {
     spdlog::error("ccworker: {}", std::string(core.status().message()));
@@ -441,6 +450,15 @@ int main(int argc, char** argv) {
   };
   agent_options.on_heartbeat = [&metrics] { metrics.HeartbeatSucceeded(); };
   ccl::WorldAgent agent(**core, **coordinator_client, agent_options);
+  {
+    std::lock_guard<std::mutex> lock(sealer_mutex);
+    sealer = &agent;
+  }
+  // Before the agent goes: executors may outlive it.
+  absl::Cleanup forget_sealer = [&sealer_mutex, &sealer] {
+    std::lock_guard<std::mutex> lock(sealer_mutex);
+    sealer = nullptr;
+  };
   // The coordinator may start after us (compose, Kubernetes): Join retries
   // while it is unreachable, within the register timeout.
   if (absl::Status joined = agent.Join(); !joined.ok()) {

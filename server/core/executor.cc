@@ -22,13 +22,14 @@ std::string SecondsString(std::chrono::milliseconds ms) {
 Executor::Executor(std::string group, int rank,
                    std::shared_ptr<Communicator> comm,
                    std::chrono::milliseconds gap_timeout, Diagnosis diagnose,
-                   std::chrono::microseconds busy_poll)
+                   std::chrono::microseconds busy_poll, BreakListener on_break)
     : group_(std::move(group)),
       rank_(rank),
       comm_(std::move(comm)),
       gap_timeout_(gap_timeout),
       diagnose_(std::move(diagnose)),
-      busy_poll_(busy_poll) {
+      busy_poll_(busy_poll),
+      on_break_(std::move(on_break)) {
   launch_thread_ = std::thread([this] { LaunchLoop(); });
   completion_thread_ = std::thread([this] { CompletionLoop(); });
 }
@@ -298,6 +299,12 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
           code, absl::StrCat(status.message(), "; ", diagnosed.why));
     } else if (code != status.code()) {
       status = absl::Status(code, status.message());
+    }
+  }
+  if (!status.ok() && on_break_) {
+    if (absl::Status health = comm_->Health();
+        !health.ok() && !break_told_.exchange(true)) {
+      on_break_(health);
     }
   }
   {

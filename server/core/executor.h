@@ -85,12 +85,19 @@ class Executor {
   // ranks never reached it (see Arrival) and which peers this rank cannot
   // reach. Asked when an op timed out or lost a peer. May block briefly.
   using Diagnosis = std::function<Diagnosed(int64_t seq, Arrival arrival)>;
+  // Told once, with the communicator's health, when an op ends with the
+  // communicator broken, before that op is answered: the worker tells the
+  // coordinator that this generation takes no more ops, so a client that
+  // saw the failure and sends its next op waits for the next generation
+  // instead of meeting the broken communicator. May block briefly.
+  using BreakListener = std::function<void(const absl::Status& cause)>;
 
   // `busy_poll`: how long the executor's threads spin for the next op or
   // completion before they sleep (common/busy_poll.h); zero never spins.
   Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,
            std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr,
-           std::chrono::microseconds busy_poll = {});
+           std::chrono::microseconds busy_poll = {},
+           BreakListener on_break = nullptr);
   // Stops (cancelling queued tasks) and joins.
   ~Executor();
   Executor(const Executor&) = delete;
@@ -181,6 +188,8 @@ class Executor {
   const std::chrono::milliseconds gap_timeout_;
   const Diagnosis diagnose_;
   const std::chrono::microseconds busy_poll_;
+  const BreakListener on_break_;
+  std::atomic<bool> break_told_{false};
   // Bumped by every Notify of launch_cv_ or completion_cv_.
   std::atomic<uint64_t> changes_{0};
 

@@ -77,6 +77,12 @@ struct WorkerConfig {
   // order and in batches, so that the hook can account for a run of like
   // ops at once.
   std::function<void(std::span<const OpRecord>)> on_ops_done;
+  // Called once per communicator of `generation` that an op finds broken,
+  // before that op is answered (Executor::BreakListener): the membership
+  // side tells the coordinator at once that the generation takes no more
+  // ops. On an executor thread; may block briefly, bounded.
+  std::function<void(int64_t generation, const absl::Status& cause)>
+      on_communicator_broken;
 };
 
 class WorkerCore {

@@ -497,9 +497,16 @@ class WorkerCoreImpl final : public WorkerCore {
   // ranks that still held it would bring it back on the ones whose destroy
   // had answered OK. `dropped`: the groups this rank held that the pool
   // drops that way, so that their late destroy here still answers OK.
+  // What each executor of `generation` tells when it finds its
+  // communicator broken (WorkerConfig::on_communicator_broken).
+  Executor::BreakListener BreakListenerOf(int64_t generation) const {
+    if (!config_.on_communicator_broken) return nullptr;
+    return [hook = config_.on_communicator_broken,
+            generation](const absl::Status& cause) { hook(generation, cause); };
+  }
   absl::StatusOr<std::map<std::string, GroupEntry>> RecreateGroups(
-      Communicator& world, int rank, int world_size, KvStore& kv,
-      std::set<std::string>* dropped);
+      Communicator& world, int64_t generation, int rank, int world_size,
+      KvStore& kv, std::set<std::string>* dropped);
 
   // Normalizes the group name and the generation (0: the current one) and
   // checks the generation.

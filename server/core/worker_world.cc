@@ -98,7 +98,8 @@ absl::Status WorkerCoreImpl::BuildWorld(int rank, int world_size,
           .count());
   std::shared_ptr<Communicator> comm = *std::move(made);
   std::set<std::string> dropped;
-  auto recreated = RecreateGroups(*comm, rank, world_size, store, &dropped);
+  auto recreated =
+      RecreateGroups(*comm, generation, rank, world_size, store, &dropped);
   if (!recreated.ok()) {
     comm->Abort(recreated.status());
     return recreated.status();
@@ -108,7 +109,7 @@ absl::Status WorkerCoreImpl::BuildWorld(int rank, int world_size,
   auto executor = std::make_shared<Executor>(
       kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout,
       ArrivalCheck(&store, kWorldGroup, rank, std::move(world_ranks)),
-      config_.busy_poll);
+      config_.busy_poll, BreakListenerOf(generation));
   std::shared_ptr<Executor> old;
   std::map<std::string, GroupEntry> old_groups;
   std::vector<std::shared_ptr<Executor>> destroyed;
@@ -303,7 +304,8 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
     if (*comm) {
       entry.executor = std::make_shared<Executor>(
           name, position, *std::move(comm), config_.seq_gap_timeout,
-          ArrivalCheck(kv, name, position, entry.ranks), config_.busy_poll);
+          ArrivalCheck(kv, name, position, entry.ranks), config_.busy_poll,
+          BreakListenerOf(generation));
     }
     return absl::OkStatus();
   };
@@ -485,8 +487,9 @@ void WorkerCoreImpl::AllocAsync(
 }
 
 absl::StatusOr<std::map<std::string, WorkerCoreImpl::GroupEntry>>
-WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
-                               KvStore& kv, std::set<std::string>* dropped) {
+WorkerCoreImpl::RecreateGroups(Communicator& world, int64_t generation,
+                               int rank, int world_size, KvStore& kv,
+                               std::set<std::string>* dropped) {
   // "name=r0,r1,...;" for each group held, "!name;" for each destroyed.
   std::string mine;
   std::set<std::string> held;
@@ -567,7 +570,8 @@ WorkerCoreImpl::RecreateGroups(Communicator& world, int rank, int world_size,
           name, entry.group_rank,
           std::shared_ptr<Communicator>(*std::move(child)),
           config_.seq_gap_timeout,
-          ArrivalCheck(&kv, name, entry.group_rank, ranks), config_.busy_poll);
+          ArrivalCheck(&kv, name, entry.group_rank, ranks), config_.busy_poll,
+          BreakListenerOf(generation));
     }
   }
   return groups;

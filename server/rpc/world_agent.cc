@@ -243,6 +243,8 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce(bool report_broken) {
   beat.set_worker_id(options_.registration.worker_id());
   beat.set_tensor_count(static_cast<int64_t>(core_.List().size()));
   beat.set_tensor_bytes(core_.BytesInUse());
+  last_tensor_count_ = beat.tensor_count();
+  last_tensor_bytes_ = beat.tensor_bytes();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     beat.set_worker_secret(secret_);
@@ -289,6 +291,45 @@ WorldAgent::Beat WorldAgent::HeartbeatOnce(bool report_broken) {
       return Beat::kUnreachable;
     default:
       return Beat::kUnreachable;
+  }
+}
+
+void WorldAgent::Seal(int64_t generation, const absl::Status& cause) {
+  // An executor of a generation this worker has left has nothing to end.
+  if (generation != registered_generation_ ||
+      sealed_generation_.exchange(generation) == generation) {
+    return;
+  }
+  v1::HeartbeatRequest beat;
+  beat.set_rank(registered_rank_);
+  beat.set_generation(generation);
+  beat.set_worker_id(options_.registration.worker_id());
+  beat.set_tensor_count(last_tensor_count_);
+  beat.set_tensor_bytes(last_tensor_bytes_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    beat.set_worker_secret(secret_);
+  }
+  beat.set_seal_reason(ReformReason(std::string(cause.message())));
+  const auto started = Clock::now();
+  absl::StatusOr<v1::HeartbeatResponse> reply =
+      coordinator_.Heartbeat(beat, kSealTimeout);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      Clock::now() - started);
+  if (reply.ok()) {
+    spdlog::warn(
+        "ccworker: a communicator of generation {} broke ({}); the "
+        "coordinator takes no new ops in it ({} ms)",
+        generation, std::string(cause.message()), took.count());
+  } else {
+    // The heartbeat thread asks for the re-form all the same; until the
+    // coordinator hears of it, ops sent meanwhile fail as the one that
+    // found the break did.
+    spdlog::warn(
+        "ccworker: a communicator of generation {} broke ({}); telling the "
+        "coordinator failed after {} ms: {}",
+        generation, std::string(cause.message()), took.count(),
+        reply.status().ToString());
   }
 }
 

@@ -73,6 +73,15 @@ class WorldAgent {
   // Deregisters (after Run returned).
   absl::Status Leave();
 
+  // A communicator of `generation` broke (`cause`): tells the coordinator
+  // at once, bounded by kSealTimeout, that the generation takes no new ops
+  // (HeartbeatRequest.seal_reason), before the op that found it is
+  // answered. The request to re-form follows on the heartbeat thread once
+  // the failed ops are diagnosed. From an executor thread
+  // (WorkerConfig::on_communicator_broken); never calls into the core.
+  void Seal(int64_t generation, const absl::Status& cause);
+  static constexpr std::chrono::milliseconds kSealTimeout{1000};
+
  private:
   enum class Beat { kOk, kRejoin, kUnreachable };
 
@@ -103,6 +112,12 @@ class WorldAgent {
   // A generation whose communicators could not be built here; heartbeats
   // ask the coordinator for the next one (failed_reason_ under mutex_).
   std::atomic<int64_t> failed_generation_{-1};
+  // The last generation Seal told the coordinator about.
+  std::atomic<int64_t> sealed_generation_{-1};
+  // The tensor counts of the last heartbeat, for Seal's (which must not
+  // ask the core: an executor thread calls it).
+  std::atomic<int64_t> last_tensor_count_{0};
+  std::atomic<int64_t> last_tensor_bytes_{0};
   std::string failed_reason_;
   // The secret the coordinator issued this worker (under mutex_): every
   // heartbeat, re-registration and the deregistration carry it. Memory
