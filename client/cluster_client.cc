@@ -36,7 +36,14 @@ RankResults<OpResult> RunStep(internal::ClientImpl& impl,
   auto seq = impl.TakeSeqs(1);
   if (!seq.ok()) return FailEach<OpResult>(ranks, seq.status());
   for (v1::OpRequest& op : *ops) impl.Stamp(op, *seq);
-  return impl.SubmitEach(*std::move(ops));
+  RankResults<OpResult> results = impl.SubmitEach(*std::move(ops));
+  for (const auto& r : results) {
+    if (!r.result.ok()) {
+      impl.DropSeqs("");
+      break;
+    }
+  }
+  return results;
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ struct ClientOptions {
   // wake-up is a hypervisor round trip), at the price of a core meanwhile.
   // 0: it sleeps at once. ccctl reads CCL_CLIENT_BUSY_POLL_US.
   std::chrono::microseconds busy_poll{0};
+  // Told one line when an op waited for the world to re-form (a rank's
+  // communicator broke before it): the cause and how long it waited. The
+  // op then ran in the new generation. ccctl prints it on stderr.
+  std::function<void(const std::string& line)> on_reform;
 };
 
 class ClusterClient {

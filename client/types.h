@@ -62,6 +62,11 @@ struct World {
   std::vector<Member> members;
   int64_t heartbeat_interval_ms = 0;
   int64_t heartbeat_timeout_ms = 0;
+  // Non-empty while the generation is ending: why (a rank's communicator
+  // broke). No new op runs in it; the next generation follows by itself.
+  std::string reforming_reason;
+  // Why this generation began, when the one before it broke.
+  std::string began_after;
 };
 
 // ---------------------------------------------------------------------------

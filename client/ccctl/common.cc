@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -64,6 +65,11 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> Connect(const Globals& globals) {
   if (const char* poll = std::getenv("CCL_CLIENT_BUSY_POLL_US")) {
     options.busy_poll = std::chrono::microseconds(std::atoll(poll));
   }
+  // One line on stderr when an op waited for the world to re-form, so that
+  // a person knows why it took a second and what broke before.
+  options.on_reform = [](const std::string& line) {
+    std::fprintf(stderr, "ccctl: %s\n", line.c_str());
+  };
   return ClusterClient::Connect(options);
 }
 

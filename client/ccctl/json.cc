@@ -103,7 +103,9 @@ json ToJson(const client::World& world) {
                : EnumName("WORLD_STATE_", client::WorldStateName(world.state))},
           {"members", members},
           {"heartbeat_interval_ms", I64(world.heartbeat_interval_ms)},
-          {"heartbeat_timeout_ms", I64(world.heartbeat_timeout_ms)}};
+          {"heartbeat_timeout_ms", I64(world.heartbeat_timeout_ms)},
+          {"reforming_reason", world.reforming_reason},
+          {"began_after", world.began_after}};
 }
 
 json ToJson(const client::GroupInfo& group) {

@@ -52,7 +52,11 @@ int Status(Globals& globals) {
   std::cout << "coordinator: " << (*client)->options().coordinator
             << "\ngeneration:  " << world.generation
             << "\nworld size:  " << world.world_size << " ("
-            << WorldStateName(world.state) << ")\n\n";
+            << WorldStateName(world.state) << ")\n";
+  if (!world.reforming_reason.empty()) {
+    std::cout << "re-forming:  " << world.reforming_reason << "\n";
+  }
+  std::cout << "\n";
   // HOST is what NCCL tells hosts apart by: ranks that share one talk
   // within it (NVLink, shared memory), others over the network.
   Table table({"RANK", "ADDRESS", "HOST", "DEVICE", "STATE", "HEARTBEAT",

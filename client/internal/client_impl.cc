@@ -1,9 +1,11 @@
 #include "client/internal/client_impl.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/internal/convert.h"
 
@@ -209,10 +211,108 @@ void internal::ClientImpl::Stamp(v1::OpRequest& op, int64_t seq) const {
 
 absl::StatusOr<int64_t> internal::ClientImpl::TakeSeqs(
     int64_t count, const std::string& of_group) {
-  return windows_->Take(of_group.empty() ? group : of_group, count);
+  const std::string name = of_group.empty() ? group : of_group;
+  absl::StatusOr<int64_t> seq = windows_->Take(name, count);
+  // UNAVAILABLE: the generation is re-forming; FAILED_PRECONDITION: it is
+  // over already (the coordinator moved on before this client asked).
+  if (seq.ok() || !(absl::IsUnavailable(seq.status()) ||
+                    absl::IsFailedPrecondition(seq.status()))) {
+    return seq;
+  }
+  if (absl::Status moved = AwaitNextGeneration(seq.status()); !moved.ok()) {
+    return moved;
+  }
+  return windows_->Take(name, count);
 }
 
 void internal::ClientImpl::ReleaseAllSeqs() { windows_->ReleaseAll(); }
+
+void internal::ClientImpl::DropSeqs(const std::string& of_group) {
+  windows_->Drop(of_group.empty() ? group : of_group);
+}
+
+absl::Status internal::ClientImpl::AwaitNextGeneration(
+    const absl::Status& refusal) {
+  // Polled: a re-form takes about a second (the broken rank's diagnosis,
+  // a heartbeat of every rank, the new communicators), and a client waits
+  // for it once per failure.
+  constexpr milliseconds kPoll(20);
+  const auto started = std::chrono::steady_clock::now();
+  const auto give_up = started + options.timeout;
+  const int64_t from = world.generation;
+  std::string reason;
+  std::string last_error;
+  while (true) {
+    absl::StatusOr<v1::World> latest = coordinator->GetWorld();
+    if (latest.ok()) {
+      const bool reforming = !latest->reforming_reason().empty();
+      if (reforming) reason = latest->reforming_reason();
+      if (!reforming && latest->generation() != from) {
+        if (reason.empty()) reason = latest->began_after();
+        Adopt(internal::ToNative(*latest));
+        break;
+      }
+      // Not a re-form: the refusal is the answer.
+      if (!reforming && reason.empty()) return refusal;
+    } else {
+      // The coordinator itself is away (restarting) and no re-form was
+      // seen: the refusal stands, naming that.
+      if (reason.empty()) return refusal;
+      last_error = latest.status().ToString();
+    }
+    if (std::chrono::steady_clock::now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the world is re-forming after ",
+          reason.empty() ? "a failure" : reason, "; generation ", from + 1,
+          " did not begin within ", options.timeout.count(), " ms",
+          last_error.empty() ? "" : absl::StrCat(" (", last_error, ")"),
+          "; `ccctl status` shows which rank it waits for"));
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+  if (options.on_reform) {
+    const double waited = std::chrono::duration<double>(
+                              std::chrono::steady_clock::now() - started)
+                              .count();
+    options.on_reform(absl::StrFormat(
+        "world re-forming after %s; waited %.1f s (generation %d)",
+        reason.empty() ? std::string("a failure") : reason, waited,
+        world.generation));
+  }
+  return absl::OkStatus();
+}
+
+void internal::ClientImpl::Adopt(World next) {
+  windows_->ForgetAll();
+  // A rank the coordinator does not list right now (its worker has not
+  // re-registered since the coordinator restarted) keeps the address the
+  // client knew: the op addressed to it waits there or fails naming it,
+  // rather than the group shrinking under the caller.
+  for (const Member& was : world.members) {
+    const bool listed =
+        std::any_of(next.members.begin(), next.members.end(),
+                    [&](const Member& m) { return m.rank == was.rank; });
+    if (!listed && was.rank < next.world_size) next.members.push_back(was);
+  }
+  std::sort(next.members.begin(), next.members.end(),
+            [](const Member& a, const Member& b) { return a.rank < b.rank; });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Member& member : next.members) {
+      auto stub = stubs_.find(member.rank);
+      if (stub == stubs_.end()) continue;
+      for (const Member& was : world.members) {
+        if (was.rank == member.rank && was.address != member.address) {
+          retired_stubs_.push_back(std::move(stub->second));
+          stubs_.erase(stub);
+          break;
+        }
+      }
+    }
+  }
+  world = std::move(next);
+  if (group == "world") SetGroup("world", AllRanks());
+}
 
 std::vector<absl::StatusOr<v1::OpResponse>> internal::ClientImpl::SubmitOps(
     std::vector<v1::OpRequest> ops) {

@@ -142,6 +142,15 @@ struct ClientImpl {
                                    const std::string& of_group = "");
   // Gives back every reserved seq not taken yet.
   void ReleaseAllSeqs();
+  // After a failed op of `of_group`: gives back what the group holds, so
+  // that the next op asks the coordinator (and learns of a re-form)
+  // instead of using seqs of a generation that may be ending.
+  void DropSeqs(const std::string& of_group);
+  // The coordinator refused to reserve (`refusal`): if that is because
+  // the world is re-forming, waits for the next generation (within the
+  // client's timeout), moves the client to it and tells options.on_reform;
+  // OK then. Otherwise, or if none begins in time, an error that says so.
+  absl::Status AwaitNextGeneration(const absl::Status& refusal);
   // Submits `ops[i]` (stamped) to the group's i-th rank.
   RankResults<OpResult> SubmitEach(std::vector<v1::OpRequest> ops);
   // SubmitEach's answers, by stream or by unary call (ClientOptions).
@@ -171,8 +180,14 @@ struct ClientImpl {
   void SubmitNops(const std::string& group, int rank, int64_t begin,
                   int64_t end);
 
+  // The world of a later generation (AwaitNextGeneration).
+  void Adopt(World next);
+
   mutable std::mutex mutex_;
   std::map<int, std::unique_ptr<v1::Worker::Stub>> stubs_;
+  // Stubs of workers a re-form replaced: kept, as op streams opened on
+  // them may still be closing.
+  std::vector<std::unique_ptr<v1::Worker::Stub>> retired_stubs_;
   // Every group the client used, by name: where to give its seqs back.
   std::map<std::string, std::vector<int>> group_members_;
   BackgroundCalls background_;

@@ -104,6 +104,8 @@ World ToNative(const v1::World& world) {
   out.state = ToNative(world.state());
   out.heartbeat_interval_ms = world.heartbeat_interval_ms();
   out.heartbeat_timeout_ms = world.heartbeat_timeout_ms();
+  out.reforming_reason = world.reforming_reason();
+  out.began_after = world.began_after();
   for (const v1::Member& member : world.members()) {
     Member& m = out.members.emplace_back();
     m.rank = member.rank();

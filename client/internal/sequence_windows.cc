@@ -58,6 +58,19 @@ void SequenceWindows::ReleaseAll() {
   }
 }
 
+void SequenceWindows::Drop(const std::string& group) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = windows_.find(group);
+  if (it == windows_.end()) return;
+  ReleaseLocked(group, it->second);
+  it->second.size = 1;
+}
+
+void SequenceWindows::ForgetAll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  windows_.clear();
+}
+
 void SequenceWindows::StopReservingAhead() {
   std::lock_guard<std::mutex> lock(mutex_);
   max_window_ = 1;

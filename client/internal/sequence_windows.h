@@ -52,6 +52,13 @@ class SequenceWindows {
   absl::StatusOr<int64_t> Take(const std::string& group, int64_t count);
   // Gives back every unused seq now.
   void ReleaseAll();
+  // After a failed op: gives back what `group` holds and starts again at
+  // one number, so that the next op asks the coordinator (and learns of a
+  // re-form) instead of trusting seqs of a generation that may be ending.
+  void Drop(const std::string& group);
+  // The client moved to another generation: what it held belonged to the
+  // old one, whose executors are gone, so nothing is given back.
+  void ForgetAll();
   // The workers cannot take seqs back: from now on reserve only what each
   // Take uses, so there is never anything to give back.
   void StopReservingAhead();

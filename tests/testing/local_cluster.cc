@@ -225,8 +225,13 @@ absl::StatusOr<int64_t> LocalCluster::WaitUntilReady(
 absl::StatusOr<std::unique_ptr<client::ClusterClient>> LocalCluster::Client(
     std::chrono::milliseconds timeout) const {
   client::ClientOptions options;
-  options.coordinator = coordinator_address_;
   options.timeout = timeout;
+  return Client(std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<client::ClusterClient>> LocalCluster::Client(
+    client::ClientOptions options) const {
+  options.coordinator = coordinator_address_;
   options.security = client_security_;
   return client::ClusterClient::Connect(options);
 }

@@ -77,6 +77,9 @@ class LocalCluster {
   // A client of this cluster (a new one each call, as separate users are).
   absl::StatusOr<std::unique_ptr<client::ClusterClient>> Client(
       std::chrono::milliseconds timeout = std::chrono::seconds(30)) const;
+  // One with `options` as given, save the coordinator and security.
+  absl::StatusOr<std::unique_ptr<client::ClusterClient>> Client(
+      client::ClientOptions options) const;
 
   // Prints every process's log if the current test failed.
   void DumpLogsOnFailure() const;

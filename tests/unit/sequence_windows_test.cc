@@ -186,5 +186,50 @@ TEST_F(SequenceWindowsTest, TakingNothingIsRefused) {
   EXPECT_TRUE(reservations_.empty());
 }
 
+// After a failed op the client gives back what the group holds and asks
+// the coordinator for its next op's seq (which tells it of a re-form),
+// starting again at one number; other groups keep theirs.
+TEST_F(SequenceWindowsTest, DropGivesBackTheGroupsSeqsAndAsksAgain) {
+  auto windows = Make(/*max_window=*/8);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(windows->Take("world", 1).ok());
+  ASSERT_TRUE(windows->Take("pair", 1).ok());
+  ASSERT_TRUE(windows->Take("pair", 1).ok());
+  const auto [next, end] = windows->Held("world");
+  ASSERT_LT(next, end) << "a stream of four reserves ahead";
+  const auto pair_held = windows->Held("pair");
+  released_.clear();
+  reservations_.clear();
+  windows->Drop("world");
+  ASSERT_EQ(released_.size(), 1u);
+  EXPECT_EQ(released_[0], std::make_tuple(std::string("world"), next, end));
+  EXPECT_EQ(windows->Held("pair"), pair_held);
+  auto seq = windows->Take("world", 1);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(*seq, end) << "the next seq comes from the coordinator";
+  EXPECT_EQ(reservations_, std::vector<int64_t>{1});
+  windows->Drop("unknown");  // nothing held: nothing happens
+  EXPECT_EQ(released_.size(), 1u);
+}
+
+// A client that moved to a new generation forgets what it held in the old
+// one without giving it back (those executors are gone), and reserves anew.
+TEST_F(SequenceWindowsTest, ForgetAllGivesNothingBackAndReservesAnew) {
+  auto windows = Make(/*max_window=*/8);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(windows->Take("world", 1).ok());
+  released_.clear();
+  reservations_.clear();
+  windows->ForgetAll();
+  EXPECT_TRUE(released_.empty());
+  EXPECT_EQ(windows->Held("world"), std::make_pair(int64_t{0}, int64_t{0}));
+  next_.clear();  // the new generation counts from 0
+  auto seq = windows->Take("world", 1);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(*seq, 0);
+  EXPECT_EQ(reservations_, std::vector<int64_t>{1});
+  // A timer armed in the old generation finds nothing to give back.
+  while (!timers_.empty()) FireTimer();
+  EXPECT_TRUE(released_.empty());
+}
+
 }  // namespace
 }  // namespace ccl::client::internal

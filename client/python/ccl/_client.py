@@ -10,6 +10,7 @@ global ranks, whatever the group.
 """
 
 import itertools
+import logging
 import mmap
 import os
 import threading
@@ -25,6 +26,8 @@ from ccl._errors import CclError, combine, from_rpc_error, invalid
 from ccl._seqs import ClientSequences
 from ccl.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from ccl.v1 import worker_pb2, worker_pb2_grpc
+
+_log = logging.getLogger("ccl")
 
 WRITE_CHUNK_BYTES = 1 << 20
 # Reads at least this large land in memory advised for huge pages.
@@ -152,6 +155,44 @@ class Client:
         if self._default_group.name == "world":
             self._default_group = Group("world", self._world_ranks())
         return self
+
+    def _await_next_generation(self):
+        """After the coordinator refused to reserve seqs: if the world is
+        re-forming (a rank's communicator broke), waits for the next
+        generation within the client's timeout, moves to it, logs one line
+        and returns True; False if the refusal had another cause."""
+        started = time.monotonic()
+        reason = ""
+        while True:
+            try:
+                world = self._get_world()
+            except CclError as e:
+                # The coordinator itself is away (restarting): no re-form
+                # seen, so the refusal stands and says so.
+                if not reason:
+                    return False
+                world, last = None, str(e)
+            if world is not None:
+                if world.reforming_reason:
+                    reason = world.reforming_reason
+                elif world.generation != self._world.generation:
+                    reason = reason or world.began_after
+                    self.refresh()
+                    break
+                elif not reason:
+                    return False
+                last = f"world at generation {world.generation}"
+            if time.monotonic() - started >= self.timeout:
+                raise CclError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the world is re-forming after {reason or 'a failure'}; "
+                    f"no new generation began within {self.timeout} s "
+                    f"({last})")
+            time.sleep(0.02)
+        _log.warning("world re-forming after %s; waited %.1f s (generation %d)",
+                     reason or "a failure", time.monotonic() - started,
+                     self._world.generation)
+        return True
 
     def wait_ready(self, timeout=60.0, min_generation=0):
         """Until the world is complete at a generation >= `min_generation`

@@ -180,8 +180,21 @@ class ClientSequences:
             reply = client._coord.ReserveSequence(request,
                                                   timeout=client.timeout)
         except grpc.RpcError as e:
-            raise from_rpc_error(
-                e, prefix=f"coordinator {client.coordinator}: ") from None
+            error = from_rpc_error(
+                e, prefix=f"coordinator {client.coordinator}: ")
+            # UNAVAILABLE while the world re-forms after a broken
+            # communicator: the op waits for the next generation and runs
+            # there, rather than failing on what broke before it.
+            if e.code() != grpc.StatusCode.UNAVAILABLE or \
+                    not client._await_next_generation():
+                raise error from None
+            try:
+                reply = client._coord.ReserveSequence(request,
+                                                      timeout=client.timeout)
+            except grpc.RpcError as again:
+                raise from_rpc_error(
+                    again, prefix=f"coordinator {client.coordinator}: "
+                ) from None
         if reply.generation != client.generation:
             client.refresh()
         return reply.first, reply.generation

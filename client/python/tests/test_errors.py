@@ -1,6 +1,7 @@
 """Failures are CclError exceptions with the gRPC code, the rank and the
 worker's message; nothing waits past the timeout it was given."""
 
+import logging
 import socket
 import time
 
@@ -120,6 +121,27 @@ def test_lone_recv_times_out_and_the_world_recovers(fresh_cluster):
             t.write(np.ones(3))
             c.all_reduce(t)
             np.testing.assert_array_equal(t.read(1), [WORKERS] * 3)
+
+
+def test_the_op_after_a_lone_recv_just_works(fresh_cluster, caplog):
+    """Issue 42: no wait_ready, no retry. The op after the failure waits for
+    the re-formed world within its own timeout and says so in one line."""
+    caplog.set_level(logging.WARNING, logger="ccl")
+    with ccl.Client(fresh_cluster.coordinator, timeout=30) as c:
+        generation = c.generation
+        with c.zeros(3) as t:
+            with pytest.raises(ccl.CclError) as e:
+                c.recv(t, src=0, dst=1, timeout=2)
+            assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            c.all_reduce(t)  # zeros: the sum is zeros on every rank
+            assert c.generation > generation
+            t.write(np.ones(3))
+            c.all_reduce(t)
+            np.testing.assert_array_equal(t.read(1), [WORKERS] * 3)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ccl"]
+    assert len(lines) == 1, lines
+    assert "world re-forming after rank 1's communicator broke" in lines[0]
+    assert "waited" in lines[0]
 
 
 def test_async_lone_recv_wait_timeout_then_failure(fresh_cluster):
