@@ -452,6 +452,7 @@ case $mode in
   simhosts1) simhosts_suites ;;
   simhosts2) simhosts_failures ;;
   simhosts3) simhosts_clusters ;;
+  samehost) CCL_TEST_SIMULATED_HOSTS=1 step same_host_refused 180 bash -c same_host_refused ;;
   python) python_steps ;;
   # `run` in two halves, for when one command may not take the whole verdict.
   ours) checks_steps; cluster_steps; python_steps ;;
@@ -479,7 +480,7 @@ case $mode in
       step "cluster_down$suffix" 60 "$ccctl" cluster down
       cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs$suffix" 2>/dev/null || true
     done ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2|simhosts3]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2|simhosts3|samehost]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))

@@ -5,7 +5,10 @@
 
 In torch rank 1 hangs for good. Here the recv fails after its timeout with
 DEADLINE_EXCEEDED and says what is missing; the world then re-forms by
-itself (the timed-out connection is closed) and keeps its tensors.
+itself (the timed-out connection is closed) and keeps its tensors. The next
+op needs no wait and no retry: it waits for the new generation itself and
+logs one line on stderr ("world re-forming after rank 1's communicator
+broke: ...; waited 0.9 s (generation 2)").
 """
 
 import ccl as dist
@@ -19,9 +22,8 @@ except dist.CclError as e:
     # The worker's message: which op and seq, then what is missing.
     print(f"Rank {e.rank}: recv failed: {e.code_name}")
     print(f"  {e.details.rsplit(': ', 1)[-1]}")
-dist.wait_ready(timeout=60, min_generation=generation + 1)
-print(f"World re-formed at a later generation: {client.generation > generation}")
 dist.all_reduce(t)
+print(f"World re-formed at a later generation: {client.generation > generation}")
 print(f"Rank 1 after all_reduce: {t.read(1)}")
 dist.destroy_process_group()
 

@@ -47,6 +47,16 @@ std::vector<std::string> Temporaries(const std::string& ls_json) {
   return found;
 }
 
+// How many times `needle` occurs in `text`.
+int CountOf(const std::string& text, const std::string& needle) {
+  int count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + needle.size())) {
+    ++count;
+  }
+  return count;
+}
+
 class CcctlTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -406,6 +416,15 @@ TEST_F(CcctlTest, LoneRecvSendWithoutRecvAndTest) {
   EXPECT_NE(recv.err.find("DEADLINE_EXCEEDED"), std::string::npos) << recv.err;
   EXPECT_NE(recv.err.find("rank 0 posted no matching send"), std::string::npos)
       << recv.err;
+  // The next command just works (issue 42): no wait, no retry. It waits for
+  // the re-formed world itself and says so in one line on stderr.
+  Result next = Ccctl("allreduce --op sum");
+  EXPECT_EQ(next.exit_code, 0) << next.out << next.err;
+  EXPECT_EQ(CountOf(next.out, "[10.0]"), 4) << next.out;
+  EXPECT_NE(next.err.find("ccctl: world re-forming after rank 1's "
+                          "communicator broke"),
+            std::string::npos)
+      << next.err;
   // The worker still answers, and `test` reports on async work.
   Result read = Ccctl("tensor read lone --rank 1");
   EXPECT_EQ(read.exit_code, 0) << read.err;

@@ -3,6 +3,9 @@
 // error a user sees, that it comes in bounded time, and that the world
 // carries on with every survivor's tensors. The same tests run on NCCL
 // (failure_nccl_test, label gpu) with CUDA workers.
+#include <mutex>
+
+#include "absl/strings/str_join.h"
 #include "common/world_keys.h"
 #include "coordinator/client/coordinator_client.h"
 #include "tests/integration/failure_fixture.h"
@@ -235,6 +238,142 @@ TEST_F(FailureTest, LoneRecvFailsClearlyAndTheNextCollectiveWorks) {
   for (int r = 0; r < kWorkers; ++r) ExpectKeep(r);
 }
 
+// Issue 42: the op after a failure just works. A lone recv breaks rank 1's
+// communicator; the very next all_reduce, from the same client and from a
+// fresh one (a user's next command), succeeds with the right sum and no
+// retry: the broken rank seals its generation at the coordinator before its
+// error reaches the caller, so the client's sequence reservation is refused
+// as "re-forming" and the client waits for the next generation within the
+// op's own timeout, telling the caller in one line why it waited.
+TEST_F(FailureTest, TheOpAfterALoneRecvJustWorks) {
+  const int repeats = Repeats(2);
+  const int world = kWorkers;
+  const double expected = world * (world + 1) / 2.0;
+  // From the recv's failure to the next op's answer, for the issue's note
+  // (printed, not asserted: speed is for benchmarks).
+  std::vector<double> recovery_s;
+  for (int attempt = 0; attempt < repeats; ++attempt) {
+    SCOPED_TRACE(absl::StrCat("attempt ", attempt));
+    for (bool fresh_client : {false, true}) {
+      SCOPED_TRACE(fresh_client ? "a fresh client's op"
+                                : "the same client's op");
+      std::vector<std::string> reform_lines;
+      std::mutex lines_mutex;
+      client::ClientOptions options;
+      options.timeout = seconds(30);
+      options.on_reform = [&](const std::string& line) {
+        std::lock_guard<std::mutex> lock(lines_mutex);
+        reform_lines.push_back(line);
+      };
+      auto connected = cluster_->Client(options);
+      ASSERT_TRUE(connected.ok()) << connected.status();
+      std::unique_ptr<ClusterClient> client = *std::move(connected);
+      const int64_t generation = client->world().generation;
+      for (int r = 0; r < world; ++r) {
+        (void)client->Free(r, "x");
+        ASSERT_TRUE(
+            AllocOnDevice(*client, r, "x", 1000, FillKind::kRankPlusOne).ok());
+      }
+      (void)client->Free(1, "t");
+      ASSERT_TRUE(AllocOnDevice(*client, 1, "t", 3, FillKind::kZeros).ok());
+      client::Op recv;
+      recv.kind = OpKind::kRecv;
+      recv.input = "t";
+      recv.peer = 0;
+      recv.timeout = milliseconds(1500);
+      auto recv_results = client->PointToPoint({{1, recv}});
+      for (const auto& r : recv_results) {
+        if (r.rank != 1) continue;
+        ASSERT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+            << r.result.status();
+      }
+      const auto failed_at = Clock::now();
+      std::unique_ptr<ClusterClient> next;
+      if (fresh_client) {
+        auto fresh = cluster_->Client(options);
+        ASSERT_TRUE(fresh.ok()) << fresh.status();
+        next = *std::move(fresh);
+      }
+      ClusterClient& runner = fresh_client ? *next : *client;
+      // No wait, no retry: the op itself must succeed.
+      for (const auto& r : runner.Collective(AllReduce("x"))) {
+        ASSERT_TRUE(r.result.ok())
+            << "rank " << r.rank << ": " << r.result.status();
+      }
+      recovery_s.push_back(
+          std::chrono::duration<double>(Clock::now() - failed_at).count());
+      for (int r = 0; r < world; ++r) {
+        auto summary = runner.Summarize(r, "x", 1);
+        ASSERT_TRUE(summary.ok()) << summary.status();
+        EXPECT_EQ(summary->min, expected) << "rank " << r;
+        EXPECT_EQ(summary->max, expected) << "rank " << r;
+      }
+      EXPECT_GT(runner.world().generation, generation);
+      std::lock_guard<std::mutex> lock(lines_mutex);
+      // The same client still holds the broken generation, so it must have
+      // waited; a fresh one may connect after the world already moved on.
+      if (fresh_client) {
+        ASSERT_LE(reform_lines.size(), 1u) << absl::StrJoin(reform_lines, "\n");
+      } else {
+        ASSERT_EQ(reform_lines.size(), 1u) << absl::StrJoin(reform_lines, "\n");
+      }
+      for (const std::string& line : reform_lines) {
+        EXPECT_THAT(line, HasSubstr("world re-forming after rank 1"));
+        EXPECT_THAT(line, HasSubstr("waited"));
+      }
+    }
+  }
+  std::sort(recovery_s.begin(), recovery_s.end());
+  if (!recovery_s.empty()) {
+    std::printf(
+        "failure to the next op's answer over %zu runs: p50 %.2f s, max "
+        "%.2f s\n",
+        recovery_s.size(), recovery_s[recovery_s.size() / 2],
+        recovery_s.back());
+  }
+}
+
+// The same for a subgroup's op, sent at once from a client that uses the
+// group: the group is made again in the new generation and its op runs
+// there.
+TEST_F(FailureTest, TheSubgroupOpAfterALoneRecvJustWorks) {
+  auto world_client = Client(seconds(30));
+  ASSERT_NE(world_client, nullptr);
+  const int64_t generation = world_client->world().generation;
+  for (const auto& r : world_client->CreateGroup("pair", {0, 1})) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  auto pair = Client(seconds(30));
+  ASSERT_NE(pair, nullptr);
+  ASSERT_TRUE(pair->UseGroup("pair").ok());
+  for (int r : {0, 1}) {
+    ASSERT_TRUE(AllocOnDevice(*pair, r, "g", 16, FillKind::kRankPlusOne).ok());
+  }
+  ASSERT_TRUE(AllocOnDevice(*world_client, 1, "t", 3, FillKind::kZeros).ok());
+  client::Op recv;
+  recv.kind = OpKind::kRecv;
+  recv.input = "t";
+  recv.peer = 0;
+  recv.timeout = milliseconds(1500);
+  for (const auto& r : world_client->PointToPoint({{1, recv}})) {
+    if (r.rank != 1) continue;
+    ASSERT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << r.result.status();
+  }
+  for (const auto& r : pair->Collective(AllReduce("g"))) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  EXPECT_GT(pair->world().generation, generation);
+  for (int r : {0, 1}) {
+    auto summary = pair->Summarize(r, "g", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->min, 3.0) << "rank " << r;  // 1 + 2
+    EXPECT_EQ(summary->max, 3.0) << "rank " << r;
+  }
+}
+
 // Right after a re-form the coordinator already hands out the new
 // generation while workers may still be forming it: an op stamped with it
 // waits for the worker to get there (bounded by the op's timeout) instead of
@@ -393,7 +532,11 @@ TEST_F(FailureTest, ConcurrentClientsDuringAFailureNeverHang) {
               code != absl::StatusCode::kDeadlineExceeded &&
               code != absl::StatusCode::kAborted &&
               code != absl::StatusCode::kFailedPrecondition &&
-              code != absl::StatusCode::kCancelled) {
+              code != absl::StatusCode::kCancelled &&
+              // The replacement of rank 1 holds none of the killed worker's
+              // tensors, and the clients move to its generation by
+              // themselves (issue 42).
+              !(code == absl::StatusCode::kNotFound && r.rank == 1)) {
             ++unexpected;
             ADD_FAILURE() << "rank " << r.rank << ": " << r.result.status();
           }
