@@ -404,6 +404,7 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
 
   Deferred deferred;
   absl::Status error;
+  bool parked = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     int rank = -1;
@@ -441,17 +442,24 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
     } else if (std::optional<int> free = roster_.LowestFree(); free) {
       rank = *free;
     } else {
-      error = absl::ResourceExhaustedError(
-          absl::StrCat("register: world of size ", WorldSize(), " is full"));
+      // A member silent past its heartbeat timeout is declared lost now,
+      // not at the next sweep, and its rank taken at once.
+      SweepLocked(deferred);
+      if (std::optional<int> freed = roster_.LowestFree(); freed) {
+        rank = *freed;
+      } else {
+        ParkFullLocked(id, request, std::move(done), timeout);
+        parked = true;
+      }
     }
 
     const std::string claim = GpuClaim(request.host, request.host_id,
                                        request.boot_id, request.device_bus_id);
-    if (error.ok() && !claim.empty()) {
+    if (error.ok() && !parked && !claim.empty()) {
       error = CheckGpuClaimLocked(claim, rank, request);
     }
 
-    if (error.ok()) {
+    if (error.ok() && !parked) {
       Member* member = roster_.Find(rank);
       // Known worker ids hold their slot: that is a reconnect.
       if (!known.has_value()) {
@@ -603,9 +611,84 @@ absl::StatusOr<int64_t> CoordinatorCore::Deregister(
       ShrinkLocked(deferred);
     }
     spdlog::info("rank {} left (worker '{}')", rank, worker_id);
+    AdmitParkedLocked(deferred);
   }
   for (auto& f : deferred) f();
   return current;
+}
+
+// ---------------------------------------------------------------------------
+// Registrations that found the world full
+
+void CoordinatorCore::ParkFullLocked(WaitId id, RegisterRequest request,
+                                     Callback<RegisterResult> done,
+                                     std::chrono::milliseconds timeout) {
+  const HeartbeatTiming timing = Timing();
+  spdlog::warn(
+      "register: world of size {} is full; worker '{}' at {} waits up to {} "
+      "ms for a rank to free (a member silent for {} ms is declared lost): {}",
+      WorldSize(), request.worker_id, request.address, timeout.count(),
+      timing.timeout.count(), DescribeHoldersLocked());
+  ParkedRegistration& parked = parked_registrations_.emplace_back();
+  parked.id = id;
+  parked.request = std::move(request);
+  parked.done = std::move(done);
+  parked.since = Now();
+  parked.until = std::chrono::steady_clock::now() + timeout;
+  parked.timer = timers_.ScheduleAfter(timeout, [this, id] { OnDeadline(id); });
+}
+
+void CoordinatorCore::AdmitParkedLocked(Deferred& deferred) {
+  int free = WorldSize() - roster_.live();
+  while (free > 0 && !parked_registrations_.empty()) {
+    ParkedRegistration parked = std::move(parked_registrations_.front());
+    parked_registrations_.pop_front();
+    timers_.Cancel(parked.timer);
+    --free;
+    spdlog::info("worker '{}' at {} takes a freed rank after waiting {} ms",
+                 parked.request.worker_id, parked.request.address,
+                 ToMillis(Now() - parked.since));
+    // What is left of its timeout, for the world to form around it.
+    parked.request.timeout =
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     parked.until - std::chrono::steady_clock::now()));
+    deferred.push_back([this, id = parked.id,
+                        request = std::move(parked.request),
+                        done = std::move(parked.done)]() mutable {
+      Register(id, std::move(request), std::move(done));
+    });
+  }
+}
+
+std::list<CoordinatorCore::ParkedRegistration>::iterator
+CoordinatorCore::FindParked(WaitId id) {
+  return std::find_if(
+      parked_registrations_.begin(), parked_registrations_.end(),
+      [id](const ParkedRegistration& parked) { return parked.id == id; });
+}
+
+std::string CoordinatorCore::DescribeHoldersLocked() const {
+  constexpr size_t kShown = 4;
+  std::vector<std::pair<int, const Member*>> holders;
+  for (int rank = 0; rank < WorldSize(); ++rank) {
+    const Member* member = roster_.Find(rank);
+    if (member != nullptr && member->live()) holders.emplace_back(rank, member);
+  }
+  // The quietest first: the likeliest to be the one that died.
+  std::sort(holders.begin(), holders.end(), [](const auto& a, const auto& b) {
+    return a.second->last_seen < b.second->last_seen;
+  });
+  const TimePoint now = Now();
+  std::vector<std::string> named;
+  for (size_t i = 0; i < holders.size() && i < kShown; ++i) {
+    const auto& [rank, member] = holders[i];
+    named.push_back(absl::StrCat("rank ", rank, " (worker '", member->worker_id,
+                                 "' at ", member->address, ") last heard ",
+                                 ToMillis(now - member->last_seen), " ms ago"));
+  }
+  if (holders.size() > kShown) named.push_back("...");
+  return absl::StrCat("held by ", absl::StrJoin(named, ", "));
 }
 
 // ---------------------------------------------------------------------------
@@ -627,6 +710,7 @@ void CoordinatorCore::WithdrawLocked(WaitId id, RegisterWaiter& waiter,
 
 void CoordinatorCore::OnDeadline(WaitId id) {
   std::function<void()> finish;
+  Deferred admitted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = register_waiters_.find(id); it != register_waiters_.end()) {
@@ -637,31 +721,53 @@ void CoordinatorCore::OnDeadline(WaitId id) {
                        waiter.timeout.count(), " ms: ", DescribeMissingLocked(),
                        "; rank ", waiter.rank, " released");
       WithdrawLocked(id, waiter, message);
+      AdmitParkedLocked(admitted);
       finish = [done = std::move(waiter.done), message] {
         done(absl::DeadlineExceededError(message));
       };
+    } else if (auto parked = FindParked(id);
+               parked != parked_registrations_.end()) {
+      std::string message = absl::StrCat(
+          "register: world of size ", WorldSize(), " is full, and no member ",
+          "was declared gone while worker '", parked->request.worker_id,
+          "' waited ", ToMillis(Now() - parked->since), " ms for a rank (",
+          DescribeHoldersLocked(),
+          "); stop a member first, or start the world larger");
+      finish = [done = std::move(parked->done), message] {
+        done(absl::ResourceExhaustedError(message));
+      };
+      parked_registrations_.erase(parked);
     } else {
       finish = kv_.Expire(id);
     }
   }
   if (finish) finish();
+  for (auto& f : admitted) f();
 }
 
 void CoordinatorCore::Cancel(WaitId id) {
   const absl::Status cancelled = absl::CancelledError("the caller went away");
   std::function<void()> finish;
+  Deferred admitted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = register_waiters_.find(id); it != register_waiters_.end()) {
       RegisterWaiter waiter = std::move(it->second);
       register_waiters_.erase(it);
       WithdrawLocked(id, waiter, "registration cancelled");
+      AdmitParkedLocked(admitted);
       finish = [done = std::move(waiter.done), cancelled] { done(cancelled); };
+    } else if (auto parked = FindParked(id);
+               parked != parked_registrations_.end()) {
+      timers_.Cancel(parked->timer);
+      finish = [done = std::move(parked->done), cancelled] { done(cancelled); };
+      parked_registrations_.erase(parked);
     } else {
       finish = kv_.Cancel(id, cancelled);
     }
   }
   if (finish) finish();
+  for (auto& f : admitted) f();
 }
 
 void CoordinatorCore::Shutdown() {
@@ -677,6 +783,12 @@ void CoordinatorCore::Shutdown() {
           [done = std::move(waiter.done), status] { done(status); });
     }
     register_waiters_.clear();
+    for (ParkedRegistration& parked : parked_registrations_) {
+      timers_.Cancel(parked.timer);
+      deferred.push_back(
+          [done = std::move(parked.done), status] { done(status); });
+    }
+    parked_registrations_.clear();
     for (int rank = 0; rank < WorldSize(); ++rank) {
       if (Member* member = roster_.Find(rank)) member->register_waits.clear();
     }

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -293,6 +294,20 @@ class CoordinatorCore {
     std::optional<TimePoint> reply_by;
   };
 
+  // A registration that found every rank held by a live member: a
+  // replacement started at once after its predecessor was killed (what a
+  // container restart does) comes before the silence makes that member
+  // lost. It waits, within its register timeout, and is registered anew as
+  // soon as a rank frees (AdmitParkedLocked).
+  struct ParkedRegistration {
+    WaitId id = 0;
+    RegisterRequest request;
+    Callback<RegisterResult> done;
+    TimerQueue::TimerId timer = 0;
+    TimePoint since;                              // Now()
+    std::chrono::steady_clock::time_point until;  // as the timers run
+  };
+
   explicit CoordinatorCore(CoordinatorOptions options);
 
   TimePoint Now() const;
@@ -369,6 +384,19 @@ class CoordinatorCore {
                                   const std::string& secret,
                                   std::string_view what);
   void OnDeadline(WaitId id);
+  // Parks `request` until a rank frees or its timeout passes (RESOURCE_
+  // EXHAUSTED then, naming the members it waited on).
+  void ParkFullLocked(WaitId id, RegisterRequest request,
+                      Callback<RegisterResult> done,
+                      std::chrono::milliseconds timeout);
+  // Hands freed ranks to parked registrations, oldest first: each
+  // registers again (deferred, outside the lock) with what is left of its
+  // timeout.
+  void AdmitParkedLocked(Deferred& deferred);
+  std::list<ParkedRegistration>::iterator FindParked(WaitId id);
+  // The members a registration that found the world full waits on: the
+  // quietest first, with how long each has been silent.
+  std::string DescribeHoldersLocked() const;
   void ScheduleSweep();
 
   const CoordinatorOptions options_;
@@ -388,6 +416,8 @@ class CoordinatorCore {
   uint64_t snapshot_version_ = 0;
   int64_t snapshot_generation_ = -1;
   std::unordered_map<WaitId, RegisterWaiter> register_waiters_;
+  // Oldest first.
+  std::list<ParkedRegistration> parked_registrations_;
   // A rank of a complete world reported its communicator broken. The new
   // generation starts once every member has heartbeated since then: a rank
   // whose peer was just killed reports at once, before the dead peer's

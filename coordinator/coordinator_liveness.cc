@@ -162,7 +162,10 @@ void CoordinatorCore::SweepLocked(Deferred& deferred) {
                        " re-forms when it or a replacement registers")),
                    deferred);
   }
-  if (lost) ShrinkLocked(deferred);
+  if (lost) {
+    ShrinkLocked(deferred);
+    AdmitParkedLocked(deferred);
+  }
   MaybeReformLocked(deferred);
 }
 

@@ -120,12 +120,57 @@ TEST_F(CoordinatorCoreTest, AGpuClaimOfALostMemberIsFreeForItsReplacement) {
   EXPECT_EQ(replacement->rank, 1);
 }
 
+// A registration into a full world waits for a rank to free; when none
+// does within its timeout it is refused, naming whom it waited on.
 TEST_F(CoordinatorCoreTest, FullWorldIsResourceExhausted) {
   Make(2);
   FormWorld(2);
-  auto r = Register("late")->Get();
+  clock_.Advance(milliseconds(700));
+  ASSERT_TRUE(Heartbeat(0, 1, "w0").ok());
+  auto late = Register("late", std::nullopt, milliseconds(50));
+  EXPECT_FALSE(late->ready());
+  auto r = late->Get();
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(r.status().message(), HasSubstr("world of size 2 is full"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("world of size 2 is full, and no member was declared "
+                        "gone while worker 'late' waited"));
+  // The quietest member first: the likeliest to have died.
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("held by rank 1 (worker 'w1' at 10.0.0.1:5001) last "
+                        "heard 700 ms ago, rank 0"));
+}
+
+// A replacement started at once after its predecessor was killed (a
+// container restart) comes while the world is still full: it waits, and
+// takes the rank as soon as the silent member is declared lost (issue 42).
+TEST_F(CoordinatorCoreTest, AReplacementWaitsForTheRankOfALostMember) {
+  Make(2);
+  FormWorld(2);
+  auto replacement = Register("w1-new");
+  EXPECT_FALSE(replacement->ready());
+  clock_.Advance(milliseconds(5000));
+  ASSERT_TRUE(Heartbeat(0, 1, "w0").ok());
+  core_->SweepLiveness();  // w1 silent 5 s of 10: not lost yet
+  EXPECT_FALSE(replacement->ready());
+  clock_.Advance(milliseconds(5500));
+  ASSERT_TRUE(Heartbeat(0, 1, "w0").ok());
+  core_->SweepLiveness();
+  auto joined = replacement->Get();
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->rank, 1);
+  EXPECT_EQ(joined->generation, 2);
+}
+
+// A registration that comes when a member is already silent past its
+// timeout (no sweep has run) takes its rank at once.
+TEST_F(CoordinatorCoreTest, ARegistrationDeclaresASilentMemberLost) {
+  Make(2);
+  FormWorld(2);
+  clock_.Advance(milliseconds(10500));
+  ASSERT_TRUE(Heartbeat(0, 1, "w0").ok());
+  auto replacement = Register("w1-new")->Get();
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ(replacement->rank, 1);
 }
 
 TEST_F(CoordinatorCoreTest, SameWorkerIdGetsItsRankBack) {
