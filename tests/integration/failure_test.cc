@@ -374,6 +374,50 @@ TEST_F(FailureTest, TheSubgroupOpAfterALoneRecvJustWorks) {
   }
 }
 
+// Issue 42: kill -9 one worker and start its replacement at once, as a
+// container restart does, asking for no rank in particular (as compose's
+// workers do). The coordinator has not yet declared the dead one lost, so
+// the world is full: the replacement waits for the rank instead of being
+// refused, takes it when the silence makes the dead one lost, and the next
+// all_reduce (from a client made before the kill) succeeds with the
+// survivors' tensors intact.
+TEST_F(FailureTest, AReplacementStartedAtOnceTakesTheDeadWorkersRank) {
+  for (int r = 0; r < kWorkers; ++r) AllocKeep(r);
+  auto client = Client(seconds(20));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation;
+  const int victim = kWorkers - 1;
+  ASSERT_NO_FATAL_FAILURE(KillWorker(victim));
+  ASSERT_TRUE(cluster_->RestartWorker(victim, {"--rank", "-1"}).ok());
+  auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_EQ(*ready, generation + 1) << "one kill, one re-form";
+  EXPECT_TRUE(cluster_->worker(victim).running())
+      << "the replacement was refused and exited";
+  // The tensors come from a user's next command (a fresh client); the
+  // all_reduce from the client that knew the old world, which moves to the
+  // new one by itself.
+  auto fresh = Client();
+  ASSERT_NE(fresh, nullptr);
+  for (int r = 0; r < kWorkers; ++r) {
+    ASSERT_TRUE(
+        AllocOnDevice(*fresh, r, "next", 1000, FillKind::kRankPlusOne).ok());
+  }
+  for (const auto& r : client->Collective(AllReduce("next"))) {
+    EXPECT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  EXPECT_EQ(client->world().generation, generation + 1);
+  const double expected = kWorkers * (kWorkers + 1) / 2.0;
+  for (int r = 0; r < kWorkers; ++r) {
+    auto summary = fresh->Summarize(r, "next", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->min, expected) << "rank " << r;
+    EXPECT_EQ(summary->max, expected) << "rank " << r;
+    if (r != victim) ExpectKeep(r);
+  }
+}
+
 // Right after a re-form the coordinator already hands out the new
 // generation while workers may still be forming it: an op stamped with it
 // waits for the worker to get there (bounded by the op's timeout) instead of

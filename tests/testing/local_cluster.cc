@@ -107,8 +107,6 @@ absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::StartWorker(
           : coordinator_address_,
       "--listen",
       "127.0.0.1:0",
-      "--rank",
-      absl::StrCat(i),
       "--device",
       options_.device};
   if (options_.device == "cuda") {
@@ -117,6 +115,12 @@ absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::StartWorker(
     if (gpus > 0) {
       args.insert(args.end(), {"--host-id", absl::StrCat("simhost", i)});
     }
+  }
+  // A --rank in extra_args replaces the worker's own (-1: the coordinator
+  // assigns one, as compose's and Kubernetes' workers ask).
+  if (std::find(extra_args.begin(), extra_args.end(), "--rank") ==
+      extra_args.end()) {
+    args.insert(args.end(), {"--rank", absl::StrCat(i)});
   }
   if (!host_agent.empty() && !options_.all_calls_through_host_agent) {
     args.insert(args.end(), {"--host-agent", host_agent});
