@@ -241,11 +241,20 @@ void Executor::LaunchLoop() {
     task->Start();
     absl::StatusOr<std::unique_ptr<CommWork>> handle;
     if (absl::Status health = comm_->Health(); !health.ok()) {
-      handle = absl::FailedPreconditionError(
-          absl::StrCat("the ", comm_->name(), " communicator of group ", group_,
-                       " is broken by an earlier error, so seq ", task->seq(),
-                       " was not run; form a new generation. Earlier error: ",
-                       health.ToString()));
+      // UNAVAILABLE, as the peers' transport errors are: one code on every
+      // rank for an op caught by a failure, the cause named first.
+      absl::Status cause;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        cause = broke_with_;
+      }
+      if (cause.ok()) cause = health;
+      handle = absl::UnavailableError(absl::StrCat(
+          "seq ", task->seq(), " was not run: ", cause.message(), " (",
+          absl::StatusCodeToString(cause.code()), "; it broke the ",
+          comm_->name(), " communicator of group ", group_,
+          "); the world re-forms into a new generation and the next op runs "
+          "there"));
     } else {
       handle = task->Launch(*comm_);
     }
@@ -301,11 +310,12 @@ void Executor::Finish(std::shared_ptr<ExecutorTask> task,
       status = absl::Status(code, status.message());
     }
   }
-  if (!status.ok() && on_break_) {
-    if (absl::Status health = comm_->Health();
-        !health.ok() && !break_told_.exchange(true)) {
-      on_break_(health);
+  if (!status.ok() && !comm_->Health().ok() && !break_told_.exchange(true)) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      broke_with_ = status;
     }
+    if (on_break_) on_break_(status);
   }
   {
     // Before Complete, so that whoever Complete wakes sees it counted.

@@ -190,6 +190,10 @@ class Executor {
   const std::chrono::microseconds busy_poll_;
   const BreakListener on_break_;
   std::atomic<bool> break_told_{false};
+  // The failure that broke the communicator, as its op reported it (the
+  // diagnosed cause, not the transport's words): what the ops queued
+  // behind it are told. Guarded by mutex_.
+  absl::Status broke_with_;
   // Bumped by every Notify of launch_cv_ or completion_cv_.
   std::atomic<uint64_t> changes_{0};
 

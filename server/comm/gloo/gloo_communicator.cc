@@ -376,7 +376,7 @@ std::byte* GlooCommunicator::Scratch(size_t bytes) {
 absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
     const BoundOp& op) {
   if (absl::Status health = Health(); !health.ok()) {
-    return absl::FailedPreconditionError(
+    return absl::UnavailableError(
         absl::StrCat("gloo communicator is broken by an earlier error: ",
                      health.ToString()));
   }

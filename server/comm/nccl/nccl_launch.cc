@@ -462,7 +462,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
 absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
     const BoundOp& op) {
   if (absl::Status health = Health(); !health.ok()) {
-    return absl::FailedPreconditionError(
+    return absl::UnavailableError(
         absl::StrCat("nccl communicator is broken by an earlier error: ",
                      health.ToString()));
   }
@@ -486,7 +486,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::LaunchBatch(
   // Without options the ops go on the stream back to back between one pair
   // of events: per op only its NCCL call, as nccl-tests times them.
   if (absl::Status health = Health(); !health.ok()) {
-    return absl::FailedPreconditionError(
+    return absl::UnavailableError(
         absl::StrCat("nccl communicator is broken by an earlier error: ",
                      health.ToString()));
   }
