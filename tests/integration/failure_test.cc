@@ -374,6 +374,51 @@ TEST_F(FailureTest, TheSubgroupOpAfterALoneRecvJustWorks) {
   }
 }
 
+// Issue 42, an op timeout: an all_reduce that one rank never joins (its
+// client died between ranks) times out on the others and breaks their
+// communicators; the next all_reduce, from the same client, succeeds with
+// the right sum and no retry, and the victim's gap is gone with the
+// generation (nothing waits for --seq-gap-timeout-ms).
+TEST_F(FailureTest, TheOpAfterAnOpTimeoutJustWorks) {
+  auto client = Client(seconds(30));
+  ASSERT_NE(client, nullptr);
+  const int64_t generation = client->world().generation;
+  for (int r = 0; r < kWorkers; ++r) AllocKeep(r);
+  AllocEverywhere(*client, "x", 1000, FillKind::kRankPlusOne);
+  const int victim = kWorkers - 1;
+  std::vector<int> joined;
+  for (int r = 0; r < kWorkers; ++r) {
+    if (r != victim) joined.push_back(r);
+  }
+  auto seq = testing::ClientWire(*client).ReserveSeq(1);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  for (const auto& r : Submit(*client, joined, [&](int) {
+         v1::OpRequest op = WireAllReduce("x", /*async=*/false);
+         op.set_seq(*seq);
+         op.set_generation(generation);
+         op.set_timeout_ms(1500);
+         return op;
+       })) {
+    ASSERT_EQ(r.result.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  const auto failed_at = Clock::now();
+  for (const auto& r : client->Collective(AllReduce("x"))) {
+    ASSERT_TRUE(r.result.ok())
+        << "rank " << r.rank << ": " << r.result.status();
+  }
+  // Well inside the gap timeout (30 s): the re-form, not the gap, ended it.
+  EXPECT_LT(Clock::now() - failed_at, seconds(15));
+  EXPECT_GT(client->world().generation, generation);
+  const double expected = kWorkers * (kWorkers + 1) / 2.0;
+  for (int r = 0; r < kWorkers; ++r) {
+    auto summary = client->Summarize(r, "x", 1);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(summary->min, expected) << "rank " << r;
+    ExpectKeep(r);
+  }
+}
+
 // Issue 42: kill -9 one worker and start its replacement at once, as a
 // container restart does, asking for no rank in particular (as compose's
 // workers do). The coordinator has not yet declared the dead one lost, so
