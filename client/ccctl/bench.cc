@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,31 @@
 
 namespace ccl::ctl {
 namespace {
+
+// Non-empty when two of `members` share one GPU as different hosts (each
+// worker's host id set, as ccctl cluster up --device cuda:N does).
+std::string SharedGpuNote(const client::World& world,
+                          const std::vector<int>& members) {
+  std::map<std::string, std::set<std::string>> hosts_of_gpu;
+  for (const client::Member& member : world.members) {
+    if (member.device_bus_id.empty() ||
+        std::find(members.begin(), members.end(), member.rank) ==
+            members.end()) {
+      continue;
+    }
+    hosts_of_gpu[member.device_bus_id].insert(
+        member.host_id.empty() ? member.host : member.host_id);
+  }
+  for (const auto& [gpu, hosts] : hosts_of_gpu) {
+    if (hosts.size() > 1) {
+      return absl::StrCat(
+          "simulated hosts: ", hosts.size(), " hosts share GPU ", gpu,
+          " as hosts of their own (NCCL's socket transport, the GPU "
+          "time-shared): a correctness run, not a speed figure");
+    }
+  }
+  return "";
+}
 
 struct BenchArgs {
   std::string op_name = "all_reduce";
@@ -187,6 +214,10 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
   if (auto member = (*client)->GroupRank(args.root); !member.ok()) {
     return Fail(member.status(), true);
   }
+  // Ranks of different hosts on one GPU (simulated hosts, NCCL_HOSTID): the
+  // bytes go through host sockets and the GPU is time-shared, so the
+  // figures say whether the op works, not how fast the hardware is.
+  const std::string shared_gpu = SharedGpuNote((*client)->world(), members);
   const int64_t element = static_cast<int64_t>(DTypeSize(*dtype));
   const std::string prefix = TemporaryPrefix("bench");
   const std::string in_name = prefix + "in";
@@ -396,6 +427,7 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
                                {"warmup", args.warmup}};
     // Keys beyond the ones the Python client's bench() shares only when the
     // options that give them are used, so the two documents stay alike.
+    if (!shared_gpu.empty()) document["simulated_hosts"] = shared_gpu;
     if (args.graph_launches > 0) {
       document["graph_launches"] = args.graph_launches;
     }
@@ -437,6 +469,7 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
         args.graph_launches > 0 ? absl::StrCat(", in a CUDA graph launched ",
                                                args.graph_launches, " times")
                                 : "");
+    if (!shared_gpu.empty()) std::cout << "# " << shared_gpu << "\n";
     std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
                                  args.e2e ? "                     client" : "");
     std::cout << absl::StrFormat(
