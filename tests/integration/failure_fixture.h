@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -138,10 +139,17 @@ class FailureTest : public ::testing::Test {
       ASSERT_TRUE(r.result.ok())
           << "rank " << r.rank << ": " << r.result.status();
     }
-    const double expected = world * (world + 1) / 2.0;
-    for (int r = 0; r < world; ++r) {
-      auto summary = client->Summarize(r, name, 1);
-      ASSERT_TRUE(summary.ok()) << summary.status();
+    std::vector<int> ranks(world);
+    std::iota(ranks.begin(), ranks.end(), 0);
+    ExpectEveryElement(*client, name, ranks, world * (world + 1) / 2.0);
+  }
+
+  // Every element of `name` on each of `ranks` is `expected`.
+  void ExpectEveryElement(ClusterClient& client, const std::string& name,
+                          const std::vector<int>& ranks, double expected) {
+    for (int r : ranks) {
+      auto summary = client.Summarize(r, name, 1);
+      ASSERT_TRUE(summary.ok()) << "rank " << r << ": " << summary.status();
       EXPECT_EQ(summary->min, expected) << "rank " << r;
       EXPECT_EQ(summary->max, expected) << "rank " << r;
     }

@@ -4,6 +4,7 @@
 // carries on with every survivor's tensors. The same tests run on NCCL
 // (failure_nccl_test, label gpu) with CUDA workers.
 #include <mutex>
+#include <numeric>
 
 #include "absl/strings/str_join.h"
 #include "common/world_keys.h"
@@ -302,12 +303,9 @@ TEST_F(FailureTest, TheOpAfterALoneRecvJustWorks) {
       }
       recovery_s.push_back(
           std::chrono::duration<double>(Clock::now() - failed_at).count());
-      for (int r = 0; r < world; ++r) {
-        auto summary = runner.Summarize(r, "x", 1);
-        ASSERT_TRUE(summary.ok()) << summary.status();
-        EXPECT_EQ(summary->min, expected) << "rank " << r;
-        EXPECT_EQ(summary->max, expected) << "rank " << r;
-      }
+      std::vector<int> ranks(world);
+      std::iota(ranks.begin(), ranks.end(), 0);
+      ASSERT_NO_FATAL_FAILURE(ExpectEveryElement(runner, "x", ranks, expected));
       EXPECT_GT(runner.world().generation, generation);
       std::lock_guard<std::mutex> lock(lines_mutex);
       // The same client still holds the broken generation, so it must have
@@ -366,12 +364,7 @@ TEST_F(FailureTest, TheSubgroupOpAfterALoneRecvJustWorks) {
         << "rank " << r.rank << ": " << r.result.status();
   }
   EXPECT_GT(pair->world().generation, generation);
-  for (int r : {0, 1}) {
-    auto summary = pair->Summarize(r, "g", 1);
-    ASSERT_TRUE(summary.ok()) << summary.status();
-    EXPECT_EQ(summary->min, 3.0) << "rank " << r;  // 1 + 2
-    EXPECT_EQ(summary->max, 3.0) << "rank " << r;
-  }
+  ExpectEveryElement(*pair, "g", {0, 1}, 3.0);  // 1 + 2
 }
 
 // Issue 42, an op timeout: an all_reduce that one rank never joins (its
@@ -410,13 +403,10 @@ TEST_F(FailureTest, TheOpAfterAnOpTimeoutJustWorks) {
   // Well inside the gap timeout (30 s): the re-form, not the gap, ended it.
   EXPECT_LT(Clock::now() - failed_at, seconds(15));
   EXPECT_GT(client->world().generation, generation);
-  const double expected = kWorkers * (kWorkers + 1) / 2.0;
-  for (int r = 0; r < kWorkers; ++r) {
-    auto summary = client->Summarize(r, "x", 1);
-    ASSERT_TRUE(summary.ok()) << summary.status();
-    EXPECT_EQ(summary->min, expected) << "rank " << r;
-    ExpectKeep(r);
-  }
+  std::vector<int> ranks(kWorkers);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  ExpectEveryElement(*client, "x", ranks, kWorkers * (kWorkers + 1) / 2.0);
+  for (int r : ranks) ExpectKeep(r);
 }
 
 // Issue 42: kill -9 one worker and start its replacement at once, as a
@@ -453,12 +443,10 @@ TEST_F(FailureTest, AReplacementStartedAtOnceTakesTheDeadWorkersRank) {
         << "rank " << r.rank << ": " << r.result.status();
   }
   EXPECT_EQ(client->world().generation, generation + 1);
-  const double expected = kWorkers * (kWorkers + 1) / 2.0;
-  for (int r = 0; r < kWorkers; ++r) {
-    auto summary = fresh->Summarize(r, "next", 1);
-    ASSERT_TRUE(summary.ok()) << summary.status();
-    EXPECT_EQ(summary->min, expected) << "rank " << r;
-    EXPECT_EQ(summary->max, expected) << "rank " << r;
+  std::vector<int> ranks(kWorkers);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  ExpectEveryElement(*fresh, "next", ranks, kWorkers * (kWorkers + 1) / 2.0);
+  for (int r : ranks) {
     if (r != victim) ExpectKeep(r);
   }
 }
