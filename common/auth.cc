@@ -47,6 +47,9 @@ constexpr MethodRole kMethods[] = {
     {"/ccl.v1.Coordinator/GetUniqueId", Role::kJoin},
     // Clients order their ops with it; a joining worker never does.
     {"/ccl.v1.Coordinator/ReserveSequence", Role::kFull},
+    {"/ccl.v1.Coordinator/HoldLease", Role::kFull},
+    // A worker asks who holds a seq its group waits for.
+    {"/ccl.v1.Coordinator/AwaitSequenceHolder", Role::kJoin},
 };
 
 bool Grants(Role held, Role required) {

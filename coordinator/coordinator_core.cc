@@ -102,7 +102,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
 CoordinatorCore::CoordinatorCore(CoordinatorOptions options)
     : options_(std::move(options)),
       roster_(options_.world_size),
-      kv_(timers_, [this](WaitId id) { OnDeadline(id); }) {}
+      kv_(timers_, [this](WaitId id) { OnDeadline(id); }),
+      leases_(timers_, [this](WaitId id) { OnDeadline(id); }) {}
 
 CoordinatorCore::~CoordinatorCore() { Shutdown(); }
 
@@ -144,11 +145,11 @@ void CoordinatorCore::StartGenerationLocked(int64_t next, Deferred& deferred) {
   reform_requested_at_.reset();
   began_after_ = std::move(sealed_reason_);
   sealed_reason_.clear();
-  kv_.Advance(next,
-              absl::AbortedError(absl::StrCat("generation ", previous,
-                                              " is over (current is ", next,
-                                              "); re-register")),
-              deferred);
+  const absl::Status over = absl::AbortedError(
+      absl::StrCat("generation ", previous, " is over (current is ", next,
+                   "); re-register"));
+  kv_.Advance(next, over, deferred);
+  leases_.Keep(next, previous, over, deferred);
   // Every member's address, for the ranks' failure diagnosis: set here from
   // the registrations rather than by each rank, which would be one more
   // call per rank per generation.
@@ -739,6 +740,7 @@ void CoordinatorCore::OnDeadline(WaitId id) {
       parked_registrations_.erase(parked);
     } else {
       finish = kv_.Expire(id);
+      if (!finish) finish = leases_.Expire(id);
     }
   }
   if (finish) finish();
@@ -764,6 +766,7 @@ void CoordinatorCore::Cancel(WaitId id) {
       parked_registrations_.erase(parked);
     } else {
       finish = kv_.Cancel(id, cancelled);
+      if (!finish) finish = leases_.Cancel(id, cancelled);
     }
   }
   if (finish) finish();
@@ -793,6 +796,7 @@ void CoordinatorCore::Shutdown() {
       if (Member* member = roster_.Find(rank)) member->register_waits.clear();
     }
     kv_.FailAll(status, deferred);
+    leases_.FailAll(status, deferred);
   }
   for (auto& f : deferred) f();
 }

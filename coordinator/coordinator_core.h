@@ -35,6 +35,7 @@
 #include "coordinator/heartbeat_policy.h"
 #include "coordinator/kv_space.h"
 #include "coordinator/roster.h"
+#include "coordinator/sequence_leases.h"
 #include "coordinator/types.h"
 
 namespace ccl::coordinator {
@@ -262,6 +263,27 @@ class CoordinatorCore {
   // Returns (generation, first) of the reserved [first, first + count).
   absl::StatusOr<std::pair<int64_t, int64_t>> ReserveSequence(
       int64_t generation, const std::string& group, int64_t count);
+  struct ReservedSequence {
+    int64_t generation = 0;
+    int64_t first = 0;
+    // Recorded under the lease (sequence_leases.h), which a stream holds.
+    bool leased = false;
+  };
+  // The same, under `lease` when a stream holds it (empty: none).
+  absl::StatusOr<ReservedSequence> ReserveSequence(int64_t generation,
+                                                   const std::string& group,
+                                                   int64_t count,
+                                                   const std::string& lease);
+
+  // A client's lease stream began (HoldLease) or ended; see
+  // sequence_leases.h. `holder` names the client for the workers' logs.
+  absl::Status OpenLease(const std::string& lease, std::string holder);
+  void CloseLease(const std::string& lease);
+  // A worker's question about a missing seq: SequenceLeases::Await.
+  void AwaitSequenceHolder(WaitId id, int64_t generation,
+                           const std::string& group, int64_t seq,
+                           std::chrono::milliseconds timeout,
+                           Callback<SequenceHolder> done);
 
   absl::StatusOr<int64_t> PostUniqueId(int64_t generation,
                                        const std::string& group,
@@ -440,6 +462,7 @@ class CoordinatorCore {
   // Records the first report of a broken communicator in this generation.
   void SealLocked(int rank, const std::string& reason);
   KvSpace kv_;
+  SequenceLeases leases_;
 
   // Last, so that it is destroyed first: its thread runs callbacks that use
   // everything above.

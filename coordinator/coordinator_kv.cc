@@ -119,6 +119,14 @@ absl::StatusOr<std::pair<int64_t, bool>> CoordinatorCore::KvDelete(
 
 absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::ReserveSequence(
     int64_t generation, const std::string& group, int64_t count) {
+  auto reserved = ReserveSequence(generation, group, count, std::string());
+  if (!reserved.ok()) return reserved.status();
+  return std::make_pair(reserved->generation, reserved->first);
+}
+
+absl::StatusOr<CoordinatorCore::ReservedSequence>
+CoordinatorCore::ReserveSequence(int64_t generation, const std::string& group,
+                                 int64_t count, const std::string& lease) {
   if (count <= 0 || count > kMaxSequenceCount) {
     return absl::InvalidArgumentError(
         absl::StrCat("reserve sequence: count must be in [1, ",
@@ -160,7 +168,45 @@ absl::StatusOr<std::pair<int64_t, int64_t>> CoordinatorCore::ReserveSequence(
         "; no new op runs in it. Send the op again once "
         "the next generation has begun (the clients wait for it)"));
   }
-  return std::make_pair(*gen, kv_.Reserve(*gen, group, count));
+  ReservedSequence reserved;
+  reserved.generation = *gen;
+  reserved.first = kv_.Reserve(*gen, group, count);
+  reserved.leased = leases_.Record(*gen, group, reserved.first, count, lease);
+  return reserved;
+}
+
+absl::Status CoordinatorCore::OpenLease(const std::string& lease,
+                                        std::string holder) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutting_down_) {
+    return absl::UnavailableError("coordinator is shutting down");
+  }
+  return leases_.Open(lease, std::move(holder));
+}
+
+void CoordinatorCore::CloseLease(const std::string& lease) {
+  Deferred deferred;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    leases_.Close(lease, deferred);
+  }
+  for (auto& f : deferred) f();
+}
+
+void CoordinatorCore::AwaitSequenceHolder(WaitId id, int64_t generation,
+                                          const std::string& group, int64_t seq,
+                                          std::chrono::milliseconds timeout,
+                                          Callback<SequenceHolder> done) {
+  if (timeout.count() < 0) {
+    return done(absl::InvalidArgumentError(
+        absl::StrCat("await sequence holder: timeout ", timeout.count(),
+                     " ms is negative")));
+  }
+  timeout = WaitTimeout(timeout);
+  absl::Status parked = Park(generation, [&](int64_t gen, Deferred& deferred) {
+    leases_.Await(id, gen, group, seq, timeout, std::move(done), deferred);
+  });
+  if (!parked.ok()) done(parked);
 }
 
 absl::StatusOr<int64_t> CoordinatorCore::PostUniqueId(int64_t generation,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -493,12 +494,96 @@ grpc::ServerUnaryReactor* CoordinatorService::ReserveSequence(
     return FinishNow(context, valid);
   }
   auto r = core_.ReserveSequence(request->generation(), request->group(),
-                                 request->count());
+                                 request->count(), request->lease());
   if (r.ok()) {
-    response->set_generation(r->first);
-    response->set_first(r->second);
+    response->set_generation(r->generation);
+    response->set_first(r->first);
+    response->set_leased(r->leased);
   }
   return FinishNow(context, r.status());
+}
+
+namespace {
+
+// HoldLease's stream: one reply (the lease is held), then open until the
+// client goes. Its end, whichever way (the client cancelled, its process
+// died and the connection closed, the server shuts down), ends the lease.
+class LeaseReactor final : public grpc::ServerWriteReactor<v1::HoldLeaseReply> {
+ public:
+  LeaseReactor(CoordinatorCore& core, std::string lease)
+      : core_(core), lease_(std::move(lease)) {
+    reply_.set_held(true);
+    StartWrite(&reply_);
+  }
+  // A failed write means the client is gone, and OnCancel comes too.
+  void OnWriteDone(bool /*ok*/) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    writing_ = false;
+    FinishIfEnded(lock);
+  }
+  void OnCancel() override {
+    core_.CloseLease(lease_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    ended_ = true;
+    FinishIfEnded(lock);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  // Finish waits for the reply's write: gRPC takes no Finish while a write
+  // of the stream is in flight.
+  void FinishIfEnded(std::unique_lock<std::mutex>& lock) {
+    if (!ended_ || writing_ || finished_) return;
+    finished_ = true;
+    lock.unlock();
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "lease ended"));
+  }
+
+  CoordinatorCore& core_;
+  const std::string lease_;
+  v1::HoldLeaseReply reply_;
+  std::mutex mutex_;
+  bool writing_ = true;
+  bool ended_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::HoldLeaseReply>* CoordinatorService::HoldLease(
+    grpc::CallbackServerContext* context, const v1::HoldLeaseRequest* request) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return new RefusedStream<v1::HoldLeaseReply>(ToGrpcStatus(valid));
+  }
+  if (absl::Status opened = core_.OpenLease(request->lease(), context->peer());
+      !opened.ok()) {
+    return new RefusedStream<v1::HoldLeaseReply>(ToGrpcStatus(opened));
+  }
+  return new LeaseReactor(core_, request->lease());
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::AwaitSequenceHolder(
+    grpc::CallbackServerContext* context,
+    const v1::AwaitSequenceHolderRequest* request,
+    v1::AwaitSequenceHolderResponse* response) {
+  if (absl::Status valid = ValidateRequest(*request, limits_); !valid.ok()) {
+    return FinishNow(context, valid);
+  }
+  auto* reactor = new ParkedReactor(core_);
+  core_.AwaitSequenceHolder(
+      reactor->id(), request->generation(), request->group(), request->seq(),
+      ClampTimeout(request->timeout_ms(), limits_),
+      [reactor, response](absl::StatusOr<SequenceHolder> r) {
+        if (r.ok()) {
+          response->set_generation(r->generation);
+          response->set_released(r->released);
+          response->set_begin(r->begin);
+          response->set_end(r->end);
+          response->set_reason(std::move(r->reason));
+        }
+        reactor->Finish(ToGrpcStatus(r.status()));
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::PostUniqueId(

@@ -63,6 +63,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ReserveSequenceRequest* request,
       v1::ReserveSequenceResponse* response) override;
+  grpc::ServerWriteReactor<v1::HoldLeaseReply>* HoldLease(
+      grpc::CallbackServerContext* context,
+      const v1::HoldLeaseRequest* request) override;
+  grpc::ServerUnaryReactor* AwaitSequenceHolder(
+      grpc::CallbackServerContext* context,
+      const v1::AwaitSequenceHolderRequest* request,
+      v1::AwaitSequenceHolderResponse* response) override;
   grpc::ServerUnaryReactor* PostUniqueId(
       grpc::CallbackServerContext* context,
       const v1::PostUniqueIdRequest* request,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/sequence_leases.h"
 
 namespace ccl::coordinator {
 namespace {
@@ -95,6 +96,23 @@ absl::Status Value(const char* what, const std::string& value,
   if (value.size() > limits.max_value_bytes) {
     return TooLong(what, value.size(), limits.max_value_bytes,
                    " (--max-value-bytes)");
+  }
+  return absl::OkStatus();
+}
+
+// A client's lease id (sequence_leases.h): printable, bounded.
+absl::Status LeaseId(const std::string& lease, bool required) {
+  if (lease.empty() && !required) return absl::OkStatus();
+  if (lease.empty() || lease.size() > SequenceLeases::kMaxLeaseBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease id must be 1 to ", SequenceLeases::kMaxLeaseBytes,
+                     " bytes, got ", lease.size()));
+  }
+  for (char c : lease) {
+    if (c < '!' || c > '~') {
+      return absl::InvalidArgumentError(
+          "lease id must be printable ASCII without spaces");
+    }
   }
   return absl::OkStatus();
 }
@@ -278,7 +296,7 @@ absl::Status ValidateRequest(const v1::ReserveSequenceRequest& request,
         absl::StrCat("reserve sequence: count must be in [1, ",
                      kMaxSequenceCount, "], got ", request.count()));
   }
-  return absl::OkStatus();
+  return LeaseId(request.lease(), /*required=*/false);
 }
 
 absl::Status ValidateRequest(const v1::PostUniqueIdRequest& request,
@@ -297,6 +315,19 @@ absl::Status ValidateRequest(const v1::PostUniqueIdRequest& request,
 absl::Status ValidateRequest(const v1::GetUniqueIdRequest& request,
                              const CoordinatorLimits& limits) {
   CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(NotNegative("timeout_ms", request.timeout_ms()));
+  return Group(request.group(), limits);
+}
+
+absl::Status ValidateRequest(const v1::HoldLeaseRequest& request,
+                             const CoordinatorLimits& /*limits*/) {
+  return LeaseId(request.lease(), /*required=*/true);
+}
+
+absl::Status ValidateRequest(const v1::AwaitSequenceHolderRequest& request,
+                             const CoordinatorLimits& limits) {
+  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(NotNegative("seq", request.seq()));
   CCL_RETURN_IF_ERROR(NotNegative("timeout_ms", request.timeout_ms()));
   return Group(request.group(), limits);
 }

@@ -85,5 +85,9 @@ absl::Status ValidateRequest(const v1::PostUniqueIdRequest& request,
                              const CoordinatorLimits& limits);
 absl::Status ValidateRequest(const v1::GetUniqueIdRequest& request,
                              const CoordinatorLimits& limits);
+absl::Status ValidateRequest(const v1::HoldLeaseRequest& request,
+                             const CoordinatorLimits& limits);
+absl::Status ValidateRequest(const v1::AwaitSequenceHolderRequest& request,
+                             const CoordinatorLimits& limits);
 
 }  // namespace ccl::coordinator

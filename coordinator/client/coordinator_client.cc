@@ -146,12 +146,45 @@ absl::StatusOr<int64_t> CoordinatorClient::ReserveSequence(
   request.set_generation(generation);
   request.set_group(group);
   request.set_count(count);
+  auto response = ReserveSequence(request);
+  if (!response.ok()) return response.status();
+  return response->first();
+}
+
+absl::StatusOr<v1::ReserveSequenceResponse> CoordinatorClient::ReserveSequence(
+    const v1::ReserveSequenceRequest& request) {
   v1::ReserveSequenceResponse response;
   auto context = Context();
   absl::Status status =
       FromGrpcStatus(stub_->ReserveSequence(context.get(), request, &response));
   if (!status.ok()) return status;
-  return response.first();
+  return response;
+}
+
+std::function<void()> CoordinatorClient::AwaitSequenceHolderAsync(
+    const v1::AwaitSequenceHolderRequest& request,
+    std::function<void(absl::StatusOr<v1::AwaitSequenceHolderResponse>)> done) {
+  // Shared by the completion and the canceller, which may outlive each
+  // other: the context must live as long as either can touch it.
+  struct Call {
+    grpc::ClientContext context;
+    v1::AwaitSequenceHolderRequest request;
+    v1::AwaitSequenceHolderResponse response;
+  };
+  auto call = std::make_shared<Call>();
+  call->request = request;
+  call->context.set_deadline(std::chrono::system_clock::now() + rpc_timeout_ +
+                             std::chrono::milliseconds(request.timeout_ms()));
+  stub_->async()->AwaitSequenceHolder(
+      &call->context, &call->request, &call->response,
+      [call, done = std::move(done)](grpc::Status status) {
+        if (status.ok()) {
+          done(std::move(call->response));
+        } else {
+          done(FromGrpcStatus(status));
+        }
+      });
+  return [call] { call->context.TryCancel(); };
 }
 
 }  // namespace ccl

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,18 @@ class CoordinatorClient {
   absl::StatusOr<int64_t> ReserveSequence(int64_t generation,
                                           const std::string& group,
                                           int64_t count);
+  // The same under `lease` (see HoldLease); empty: under none.
+  absl::StatusOr<v1::ReserveSequenceResponse> ReserveSequence(
+      const v1::ReserveSequenceRequest& request);
+
+  // Asks who holds a missing seq (AwaitSequenceHolder) without blocking:
+  // `done` runs once, on a gRPC thread. Returns what cancels the call.
+  std::function<void()> AwaitSequenceHolderAsync(
+      const v1::AwaitSequenceHolderRequest& request,
+      std::function<void(absl::StatusOr<v1::AwaitSequenceHolderResponse>)>
+          done);
+
+  v1::Coordinator::Stub& stub() { return *stub_; }
 
  private:
   std::unique_ptr<grpc::ClientContext> Context(

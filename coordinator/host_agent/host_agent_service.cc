@@ -323,6 +323,8 @@ CCL_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse)
 CCL_FORWARD(ReserveSequence, ReserveSequenceRequest, ReserveSequenceResponse)
 CCL_FORWARD(PostUniqueId, PostUniqueIdRequest, PostUniqueIdResponse)
 CCL_FORWARD(GetUniqueId, GetUniqueIdRequest, GetUniqueIdResponse)
+CCL_FORWARD(AwaitSequenceHolder, AwaitSequenceHolderRequest,
+            AwaitSequenceHolderResponse)
 #undef CCL_FORWARD
 
 }  // namespace ccl::coordinator

@@ -79,6 +79,10 @@ class HostAgentService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
                                      const v1::KvDeleteRequest* request,
                                      v1::KvDeleteResponse* response) override;
+  grpc::ServerUnaryReactor* AwaitSequenceHolder(
+      grpc::CallbackServerContext* context,
+      const v1::AwaitSequenceHolderRequest* request,
+      v1::AwaitSequenceHolderResponse* response) override;
   grpc::ServerUnaryReactor* ReserveSequence(
       grpc::CallbackServerContext* context,
       const v1::ReserveSequenceRequest* request,
