@@ -4,6 +4,7 @@
 #include <iostream>
 #include <iterator>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/busy_poll.h"
@@ -22,14 +23,18 @@ std::string SecondsString(std::chrono::milliseconds ms) {
 Executor::Executor(std::string group, int rank,
                    std::shared_ptr<Communicator> comm,
                    std::chrono::milliseconds gap_timeout, Diagnosis diagnose,
-                   std::chrono::microseconds busy_poll, BreakListener on_break)
+                   std::chrono::microseconds busy_poll, BreakListener on_break,
+                   GapWatch gap_watch)
     : group_(std::move(group)),
       rank_(rank),
       comm_(std::move(comm)),
       gap_timeout_(gap_timeout),
       diagnose_(std::move(diagnose)),
       busy_poll_(busy_poll),
-      on_break_(std::move(on_break)) {
+      on_break_(std::move(on_break)),
+      gap_watch_(std::move(gap_watch)),
+      skip_target_(std::make_shared<SkipTarget>()) {
+  skip_target_->executor = this;
   launch_thread_ = std::thread([this] { LaunchLoop(); });
   completion_thread_ = std::thread([this] { CompletionLoop(); });
 }
@@ -116,14 +121,31 @@ absl::Status Executor::Enqueue(std::shared_ptr<ExecutorTask> task) {
 
 absl::Status Executor::Release(int64_t begin, int64_t end,
                                absl::Status reason) {
+  // The parts of [begin, end) neither run nor queued: a range whose holder
+  // died may hold ops it sent before it died.
+  std::vector<std::pair<int64_t, int64_t>> unused;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    begin = std::max(begin, next_seq_);
+    int64_t at = std::max(begin, next_seq_);
+    auto it = pending_.upper_bound(at);
+    if (it != pending_.begin()) {
+      auto previous = std::prev(it);
+      at =
+          std::max(at, previous->first +
+                           std::max<int64_t>(1, previous->second->seq_count()));
+    }
+    for (; it != pending_.end() && it->first < end; ++it) {
+      if (it->first > at) unused.emplace_back(at, it->first);
+      at = std::max(at,
+                    it->first + std::max<int64_t>(1, it->second->seq_count()));
+    }
+    if (at < end) unused.emplace_back(at, end);
   }
-  if (end <= begin) return absl::OkStatus();
-  CCL_RETURN_IF_ERROR(Enqueue(std::make_shared<ReleasedSeqs>(begin, end)));
-  std::lock_guard<std::mutex> lock(mutex_);
-  lost_.emplace(begin, std::make_pair(end, std::move(reason)));
+  for (const auto& [from, to] : unused) {
+    CCL_RETURN_IF_ERROR(Enqueue(std::make_shared<ReleasedSeqs>(from, to)));
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_.emplace(from, std::make_pair(to, reason));
+  }
   return absl::OkStatus();
 }
 
@@ -186,6 +208,15 @@ void Executor::LaunchLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     if (stopping_) break;
+    if (stop_watch_ && watched_seq_ < next_seq_) {
+      // The seq asked about arrived or was skipped.
+      std::function<void()> stop = std::move(stop_watch_);
+      stop_watch_ = nullptr;
+      lock.unlock();
+      stop();
+      lock.lock();
+      continue;
+    }
     if (pending_.empty()) {
       gap_since.reset();
       if (!SpinForChange(lock) && pending_.empty() && !stopping_) {
@@ -198,8 +229,36 @@ void Executor::LaunchLoop() {
       // Later ops are queued but next_seq_ is missing.
       const Clock::time_point now = Clock::now();
       if (!gap_since) gap_since = now;
+      const bool unasked = gap_watch_ && watched_seq_ != next_seq_;
+      if (unasked && now - *gap_since >= kGapWatchAfter) {
+        // Asked once per missing seq: its holder may be gone.
+        const int64_t seq = next_seq_;
+        watched_seq_ = seq;
+        std::function<void()> stop_previous = std::move(stop_watch_);
+        stop_watch_ = nullptr;
+        lock.unlock();
+        if (stop_previous) stop_previous();
+        std::function<void()> stop =
+            gap_watch_(seq, [target = skip_target_](int64_t begin, int64_t end,
+                                                    absl::Status reason) {
+              std::lock_guard<std::mutex> guard(target->mutex);
+              if (target->executor == nullptr) return;
+              absl::Status released =
+                  target->executor->Release(begin, end, std::move(reason));
+              if (!released.ok()) {
+                std::cerr << "[ccl executor] skipping seqs " << begin << ".."
+                          << end - 1
+                          << " of a client that is gone: " << released.message()
+                          << std::endl;
+              }
+            });
+        lock.lock();
+        stop_watch_ = std::move(stop);
+        continue;
+      }
       if (now - *gap_since < gap_timeout_) {
-        launch_cv_.wait_until(lock, *gap_since + gap_timeout_);
+        launch_cv_.wait_until(lock, unasked ? *gap_since + kGapWatchAfter
+                                            : *gap_since + gap_timeout_);
         continue;
       }
       const int64_t begin = next_seq_;
@@ -389,6 +448,11 @@ void Executor::CancelDrain() {
 }
 
 void Executor::Stop(absl::Status reason) {
+  {
+    // A question about a missing seq answered from now on skips nothing.
+    std::lock_guard<std::mutex> guard(skip_target_->mutex);
+    skip_target_->executor = nullptr;
+  }
   std::map<int64_t, std::shared_ptr<ExecutorTask>> cancelled;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -401,6 +465,13 @@ void Executor::Stop(absl::Status reason) {
   for (auto& [seq, task] : cancelled) task->Complete(reason, 0);
   if (launch_thread_.joinable()) launch_thread_.join();
   if (completion_thread_.joinable()) completion_thread_.join();
+  std::function<void()> stop_watch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_watch = std::move(stop_watch_);
+    stop_watch_ = nullptr;
+  }
+  if (stop_watch) stop_watch();
 }
 
 }  // namespace ccl

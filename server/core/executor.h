@@ -91,13 +91,30 @@ class Executor {
   // saw the failure and sends its next op waits for the next generation
   // instead of meeting the broken communicator. May block briefly.
   using BreakListener = std::function<void(const absl::Status& cause)>;
+  // Tells the executor that nobody will send an op at the seqs
+  // [begin, end) it has not received: their holder is gone. Any thread; a
+  // no-op once the executor has stopped.
+  using SkipSeqs =
+      std::function<void(int64_t begin, int64_t end, absl::Status reason)>;
+  // Asked once per missing seq that later ops have waited behind for
+  // kGapWatchAfter: the client that reserved it may be gone. Starts finding
+  // out (the worker asks the coordinator, which knows whether that client
+  // still holds its lease) and calls `skip` if it is gone; returns what
+  // stops finding out, called once the seq arrives, the gap is skipped or
+  // the executor stops. Must not block or call back into the executor.
+  using GapWatch =
+      std::function<std::function<void()>(int64_t seq, SkipSeqs skip)>;
+  // Short, so that a dead client's seqs are skipped well within a second,
+  // and long enough that two live clients' ops arriving out of order (the
+  // common gap) finish without a question to the coordinator.
+  static constexpr std::chrono::milliseconds kGapWatchAfter{50};
 
   // `busy_poll`: how long the executor's threads spin for the next op or
   // completion before they sleep (common/busy_poll.h); zero never spins.
   Executor(std::string group, int rank, std::shared_ptr<Communicator> comm,
            std::chrono::milliseconds gap_timeout, Diagnosis diagnose = nullptr,
            std::chrono::microseconds busy_poll = {},
-           BreakListener on_break = nullptr);
+           BreakListener on_break = nullptr, GapWatch gap_watch = nullptr);
   // Stops (cancelling queued tasks) and joins.
   ~Executor();
   Executor(const Executor&) = delete;
@@ -110,9 +127,9 @@ class Executor {
   // skip everything before it), ABORTED once stopped.
   absl::Status Enqueue(std::shared_ptr<ExecutorTask> task);
   // The seqs [begin, end) will carry no op (a client reserved them and gave
-  // them back, or a refused request took them): the group runs past them at
-  // once. Seqs already run are ignored; a later op at one of them fails
-  // with `reason`.
+  // them back, or a refused request took them, or their holder is gone):
+  // the group runs past them at once. Seqs already run or queued are left
+  // as they are; a later op at one of the others fails with `reason`.
   absl::Status Release(int64_t begin, int64_t end, absl::Status reason);
 
   // As far ahead as a client can legitimately be: one plan or reserved
@@ -190,6 +207,17 @@ class Executor {
   const std::chrono::microseconds busy_poll_;
   const BreakListener on_break_;
   std::atomic<bool> break_told_{false};
+  const GapWatch gap_watch_;
+  // What a GapWatch's skip reaches: this executor until it stops.
+  struct SkipTarget {
+    std::mutex mutex;
+    Executor* executor = nullptr;
+  };
+  const std::shared_ptr<SkipTarget> skip_target_;
+  // The missing seq last asked about (-1: none), and what stops that
+  // question. Guarded by mutex_.
+  int64_t watched_seq_ = -1;
+  std::function<void()> stop_watch_;
   // The failure that broke the communicator, as its op reported it (the
   // diagnosed cause, not the transport's words): what the ops queued
   // behind it are told. Guarded by mutex_.

@@ -83,6 +83,16 @@ struct WorkerConfig {
   // ops. On an executor thread; may block briefly, bounded.
   std::function<void(int64_t generation, const absl::Status& cause)>
       on_communicator_broken;
+  // Asked when a missing seq of a group has held up later ops for
+  // Executor::kGapWatchAfter (Executor::GapWatch): the membership side asks
+  // the coordinator whether the client that reserved it is gone, and calls
+  // `skip` with the dead client's range if so. Returns what ends the
+  // question. Must not block.
+  std::function<std::function<void()>(
+      int64_t generation, const std::string& group, int64_t seq,
+      std::function<void(int64_t begin, int64_t end, absl::Status reason)>
+          skip)>
+      on_sequence_gap;
 };
 
 class WorkerCore {

@@ -499,6 +499,14 @@ class WorkerCoreImpl final : public WorkerCore {
   // drops that way, so that their late destroy here still answers OK.
   // What each executor of `generation` tells when it finds its
   // communicator broken (WorkerConfig::on_communicator_broken).
+  Executor::GapWatch GapWatchOf(int64_t generation,
+                                const std::string& group) const {
+    if (!config_.on_sequence_gap) return nullptr;
+    return [hook = config_.on_sequence_gap, generation, group](
+               int64_t seq, Executor::SkipSeqs skip) {
+      return hook(generation, group, seq, std::move(skip));
+    };
+  }
   Executor::BreakListener BreakListenerOf(int64_t generation) const {
     if (!config_.on_communicator_broken) return nullptr;
     return [hook = config_.on_communicator_broken,

@@ -109,7 +109,8 @@ absl::Status WorkerCoreImpl::BuildWorld(int rank, int world_size,
   auto executor = std::make_shared<Executor>(
       kWorldGroup, rank, std::move(comm), config_.seq_gap_timeout,
       ArrivalCheck(&store, kWorldGroup, rank, std::move(world_ranks)),
-      config_.busy_poll, BreakListenerOf(generation));
+      config_.busy_poll, BreakListenerOf(generation),
+      GapWatchOf(generation, kWorldGroup));
   std::shared_ptr<Executor> old;
   std::map<std::string, GroupEntry> old_groups;
   std::vector<std::shared_ptr<Executor>> destroyed;
@@ -305,7 +306,7 @@ absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::CreateGroup(
       entry.executor = std::make_shared<Executor>(
           name, position, *std::move(comm), config_.seq_gap_timeout,
           ArrivalCheck(kv, name, position, entry.ranks), config_.busy_poll,
-          BreakListenerOf(generation));
+          BreakListenerOf(generation), GapWatchOf(generation, name));
     }
     return absl::OkStatus();
   };
@@ -571,7 +572,7 @@ WorkerCoreImpl::RecreateGroups(Communicator& world, int64_t generation,
           std::shared_ptr<Communicator>(*std::move(child)),
           config_.seq_gap_timeout,
           ArrivalCheck(&kv, name, entry.group_rank, ranks), config_.busy_poll,
-          BreakListenerOf(generation));
+          BreakListenerOf(generation), GapWatchOf(generation, name));
     }
   }
   return groups;
