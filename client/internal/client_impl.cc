@@ -19,6 +19,9 @@ using std::chrono::milliseconds;
 // keeps that from failing an op while a worker that is gone still fails
 // fast.
 constexpr milliseconds kConnectBound(3000);
+// How long the first reservation waits for the coordinator to hold the
+// client's lease; past it the reservation is made without one.
+constexpr milliseconds kLeaseOpenBound(2000);
 
 bool IsPointToPoint(OpKind kind) {
   return kind == OpKind::kSend || kind == OpKind::kRecv;
@@ -38,10 +41,21 @@ internal::ClientImpl::ClientImpl(
     op_streams_ = std::make_unique<internal::OpStreams>(
         [this](int rank) { return Stub(rank); }, options.busy_poll);
   }
+  lease_ = std::make_unique<internal::SequenceLease>(
+      coordinator->stub(),
+      std::min<milliseconds>(options.timeout, kLeaseOpenBound));
   windows_ = std::make_unique<internal::SequenceWindows>(
-      [this](const std::string& name, int64_t count) {
+      [this](const std::string& name,
+             int64_t count) -> absl::StatusOr<int64_t> {
         // Seqs are per (generation, group), as the workers' executors are.
-        return coordinator->ReserveSequence(world.generation, name, count);
+        v1::ReserveSequenceRequest request;
+        request.set_generation(world.generation);
+        request.set_group(name);
+        request.set_count(count);
+        request.set_lease(lease_->Id());
+        auto reserved = coordinator->ReserveSequence(request);
+        if (!reserved.ok()) return reserved.status();
+        return reserved->first();
       },
       [this](const std::string& name, int64_t begin, int64_t end) {
         ReleaseSeqs(name, begin, end);

@@ -19,6 +19,7 @@
 #include "client/cluster_client.h"
 #include "client/internal/fan_out.h"
 #include "client/internal/op_streams.h"
+#include "client/internal/sequence_lease.h"
 #include "client/internal/sequence_windows.h"
 #include "common/credentials.h"
 #include "common/timer_queue.h"
@@ -196,6 +197,9 @@ struct ClientImpl {
   bool timers_stopped_ = false;
   // Before the stubs go: its streams ride their channels.
   std::unique_ptr<OpStreams> op_streams_;
+  // The lease the reservations are held under; ended (the stream closed)
+  // after ~Impl gave back what it held.
+  std::unique_ptr<SequenceLease> lease_;
   // Last member: destroyed first, after ~Impl gave back what it held.
   std::unique_ptr<SequenceWindows> windows_;
 };

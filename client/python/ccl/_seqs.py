@@ -10,11 +10,17 @@ client's later ops wait on ours for at most that long, never for the
 workers' gap timeout. Seqs belong to a generation: a window of a generation
 the client has left is dropped, not released (its executors are gone).
 
+Reservations are held under a lease (HoldLease), a stream to the
+coordinator open while the client lives: when the process dies (killed
+mid-loop, say), the coordinator ends the lease and a worker waiting on one
+of its numbers skips them at once, not after its gap timeout.
+
 SequenceWindows is plain logic: the coordinator, the workers and the timer
 are injected, so the policy is tested without a cluster
 (tests/test_seq_windows.py). ClientSequences wires it to a Client.
 """
 
+import secrets
 import threading
 import time
 
@@ -134,6 +140,64 @@ def _daemon_timer(delay, callback):
     timer.start()
 
 
+class _Lease:
+    """The lease a Client's reservations are held under: one HoldLease
+    stream, opened at the first reservation and again after it broke."""
+
+    # How long a reservation waits for the coordinator to hold the lease;
+    # past it the reservation is made without one.
+    OPEN_TIMEOUT_S = 2.0
+
+    def __init__(self, client):
+        self._client = client
+        self._lock = threading.Lock()
+        self._call = None
+        self._id = ""
+        self._held = None
+        self._unsupported = False
+
+    def id(self):
+        """The lease id to reserve under, or "" when none could be held
+        (a coordinator older than leases, or a host agent)."""
+        with self._lock:
+            if self._unsupported:
+                return ""
+            if self._call is not None and self._call.done():
+                self._call = None
+            if self._call is None:
+                self._id = secrets.token_hex(16)
+                self._held = threading.Event()
+                self._call = self._client._coord.HoldLease(
+                    coordinator_pb2.HoldLeaseRequest(lease=self._id))
+                threading.Thread(target=self._watch,
+                                 args=(self._call, self._held),
+                                 daemon=True, name="ccl-lease").start()
+            self._held.wait(self.OPEN_TIMEOUT_S)
+            if not self._call.done():
+                return self._id if self._held.is_set() else ""
+            if self._call.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._unsupported = True
+            self._call = None
+            return ""
+
+    @staticmethod
+    def _watch(call, held):
+        # The one reply says the lease is held; the stream then stays open
+        # until the client closes it or the coordinator goes.
+        try:
+            for _ in call:
+                held.set()
+        except grpc.RpcError:
+            pass
+        held.set()
+
+    def close(self):
+        with self._lock:
+            if self._call is not None:
+                self._call.cancel()
+                self._call = None
+
+
 class ClientSequences:
     """A Client's seqs: its windows, reserving from its coordinator and
     giving back to the workers of each group."""
@@ -144,6 +208,7 @@ class ClientSequences:
         self._ranks = {}      # group name -> its world ranks, for releases
         self._releases = []   # ReleaseSequence calls not known to be done
         self.windows = SequenceWindows(self._reserve, self._release)
+        self._lease = _Lease(client)
 
     def take(self, group):
         """(seq, generation): the next seq of `group` (a Group) for the
@@ -169,13 +234,15 @@ class ClientSequences:
                 future.result()
             except grpc.RpcError:
                 pass
+        self._lease.close()
 
     def _reserve(self, group_name, count):
         """`count` fresh seqs of a group from the coordinator, in its current
         generation (refreshing the client's world when it moved on)."""
         client = self._client
         request = coordinator_pb2.ReserveSequenceRequest(
-            generation=0, group=group_name, count=count)
+            generation=0, group=group_name, count=count,
+            lease=self._lease.id())
         try:
             reply = client._coord.ReserveSequence(request,
                                                   timeout=client.timeout)
