@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -156,6 +158,61 @@ TEST(Ordering, SeqGapIsDeclaredLostAndSkipped) {
   for (auto& work : works)
     ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
   EXPECT_EQ(ReadAll(w[1], "t"), (std::vector<double>{4, 4, 4}));
+}
+
+// A missing seq whose holder is gone (the coordinator says its client's
+// lease ended: WorkerConfig::on_sequence_gap) is skipped at once, with the
+// rest of the dead client's range, not after the gap timeout (10 minutes
+// here). A seq of that range the client did send before it died runs.
+TEST(Ordering, AGapWhoseHolderIsGoneIsSkippedAtOnce) {
+  WorkerConfig config = DefaultConfig();
+  config.seq_gap_timeout = std::chrono::minutes(10);
+  std::mutex mutex;
+  std::vector<int64_t> asked;
+  std::vector<std::thread> answers;
+  int stopped = 0;
+  config.on_sequence_gap =
+      [&](int64_t, const std::string& group, int64_t seq,
+          std::function<void(int64_t, int64_t, absl::Status)> skip)
+      -> std::function<void()> {
+    std::lock_guard<std::mutex> lock(mutex);
+    EXPECT_EQ(group, "world");
+    asked.push_back(seq);
+    // As the coordinator answers: on its own thread, the dead range 0..3.
+    answers.emplace_back([skip] {
+      skip(0, 4,
+           absl::FailedPreconditionError(
+               "skipped: seqs 0..3 were reserved by a client that "
+               "went away"));
+    });
+    return [&] {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++stopped;
+    };
+  };
+  {
+    World w(2, config);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(Alloc(w[r], "t", DType::kFloat32, 3, {FillKind::kOnes}).ok());
+    }
+    std::vector<std::shared_ptr<Work>> works;
+    for (int r = 0; r < 2; ++r) {
+      works.push_back(SubmitOk(w[r], Op(OpKind::kAllReduce, 2, "t")));
+      works.push_back(SubmitOk(w[r], Op(OpKind::kAllReduce, 4, "t")));
+    }
+    for (auto& work : works)
+      ASSERT_TRUE(work->Wait(kWait).ok()) << work->status();
+    EXPECT_EQ(ReadAll(w[0], "t"), (std::vector<double>{4, 4, 4}));
+    auto late = w[1].Submit(Op(OpKind::kAllReduce, 3, "t"));
+    EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(late.status().message().find("went away"), std::string::npos)
+        << late.status();
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto& answer : answers) answer.join();
+  // Each rank asked once, about seq 0, and ended the question.
+  EXPECT_EQ(asked, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(stopped, 2);
 }
 
 // With busy polling (WorkerConfig::busy_poll) the executor's threads spin

@@ -3,7 +3,10 @@
 // that no other client's op waits on them. The workers' gap timeout is set
 // far beyond every op's own timeout, so an op that waited on a seq nobody
 // gave back fails with its own DEADLINE_EXCEEDED instead of passing late.
+#include <signal.h>
+
 #include <chrono>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/subprocess.h"
 
 namespace ccl {
 namespace {
@@ -241,6 +245,67 @@ TEST_F(ClientTest, ReservedSeqsGoBackSoOtherClientsNeverWaitOnThem) {
   ExpectAllOk(a->Collective(AllReduce("seq.a")));  // a fresh range
   a.reset();
   ExpectAllOk(b->Collective(AllReduce("seq.a")));
+}
+
+// A client killed with -9 while it holds reserved seqs it never sent (a
+// script killed mid-loop): another client's op runs at once, not after the
+// workers' gap timeout (600 s here, far past the op's own timeout), since
+// the coordinator ends the dead client's lease and the workers skip its
+// seqs. Both orders: the kill before the op, and the op waiting on the
+// dead client's seqs when the kill comes.
+TEST_F(ClientTest, AClientKilledHoldingSeqsDoesNotStallTheOthers) {
+  auto b = Client();
+  ASSERT_NE(b, nullptr);
+  Alloc(*b, "lease.x", 2);
+  auto holder_binary = testing::BinaryPath("hold_seqs");
+  ASSERT_TRUE(holder_binary.ok()) << holder_binary.status();
+  for (const bool op_waits_first : {false, true}) {
+    SCOPED_TRACE(op_waits_first ? "the op waits when the kill comes"
+                                : "the kill comes first");
+    testing::Subprocess::Options holder_options;
+    holder_options.port_file_flag.clear();
+    auto holder = testing::Subprocess::Start(
+        *holder_binary, {cluster_->coordinator_address(), "world", "64"},
+        holder_options);
+    ASSERT_TRUE(holder.ok()) << holder.status();
+    const auto started = std::chrono::steady_clock::now();
+    while ((*holder)->ReadLog().find("reserved ") == std::string::npos) {
+      ASSERT_TRUE((*holder)->running()) << (*holder)->ReadLog();
+      ASSERT_LT(std::chrono::steady_clock::now() - started, seconds(20))
+          << "hold_seqs never reserved: " << (*holder)->ReadLog();
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    EXPECT_NE((*holder)->ReadLog().find("leased=1"), std::string::npos)
+        << (*holder)->ReadLog();
+    std::chrono::steady_clock::time_point killed;
+    client::RankResults<client::OpResult> results;
+    if (op_waits_first) {
+      std::thread op([&] { results = b->Collective(AllReduce("lease.x")); });
+      // Queued behind the dead client's 64 seqs on both ranks, and asked
+      // about (Executor::kGapWatchAfter) before the kill.
+      std::this_thread::sleep_for(milliseconds(300));
+      killed = std::chrono::steady_clock::now();
+      ASSERT_TRUE((*holder)->Signal(SIGKILL).ok());
+      op.join();
+    } else {
+      killed = std::chrono::steady_clock::now();
+      ASSERT_TRUE((*holder)->Signal(SIGKILL).ok());
+      ASSERT_TRUE((*holder)->WaitForExit(seconds(10)).ok());
+      results = b->Collective(AllReduce("lease.x"));
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - killed)
+            .count();
+    std::cerr << "kill -9 of a client holding 64 seqs to another client's "
+                 "answer: "
+              << waited << " s" << std::endl;
+    ExpectAllOk(results);
+    // Ranks hold 1 and 2: the first all_reduce makes 3, the second 6.
+    const double want = op_waits_first ? 6.0 : 3.0;
+    for (int rank = 0; rank < kWorkers; ++rank) {
+      EXPECT_EQ(Head(*b, rank, "lease.x"), std::vector<double>(2, want));
+    }
+  }
 }
 
 TEST_F(ClientTest, ReleaseReservedSequencesGivesThemBackAtOnce) {

@@ -4,7 +4,13 @@
 # To make another one available, append its target name here; targets that
 # do not exist (yet) are skipped. Building a test that links ccl_testing
 # builds these binaries first.
-set(CCL_TEST_BINARY_TARGETS cccoord cchostagent ccworker ccctl)
+set(CCL_TEST_BINARY_TARGETS cccoord cchostagent ccworker ccctl hold_seqs)
+
+# A client that reserves seqs and never sends them (hold_seqs_main.cc).
+add_executable(hold_seqs ${CMAKE_CURRENT_LIST_DIR}/hold_seqs_main.cc)
+target_link_libraries(hold_seqs PRIVATE ccl_client ccl_coordinator_client
+  ccl_common_grpc)
+ccl_target_defaults(hold_seqs)
 
 add_library(ccl_testing STATIC ${CMAKE_CURRENT_LIST_DIR}/subprocess.cc
   ${CMAKE_CURRENT_LIST_DIR}/certs.cc)

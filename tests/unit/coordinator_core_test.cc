@@ -686,4 +686,59 @@ TEST_F(CoordinatorCoreTest, ConcurrentRegistrationsGetDistinctRanks) {
 }
 
 }  // namespace
+// Seqs reserved under a lease live no longer than the client holding it
+// (issue 42): a worker asking about one waits while the lease is held and
+// is told the whole range at once when it ends; a seq no lease holds is
+// answered at once, not released (the gap timeout stays the judge), and so
+// is one still held when the question's own timeout passes.
+TEST_F(CoordinatorCoreTest,
+       ALeaseEndingReleasesItsSeqsToTheWorkersWaitingOnThem) {
+  Make(2);
+  FormWorld(2);
+  ASSERT_TRUE(core_->OpenLease("client-a", "ipv4:10.0.0.9:4000").ok());
+  EXPECT_EQ(core_->OpenLease("client-a", "elsewhere").code(),
+            absl::StatusCode::kAlreadyExists);
+  auto leased = core_->ReserveSequence(1, "world", 8, "client-a");
+  ASSERT_TRUE(leased.ok()) << leased.status();
+  EXPECT_TRUE(leased->leased);
+  auto unleased = core_->ReserveSequence(1, "world", 1, "");
+  ASSERT_TRUE(unleased.ok());
+  EXPECT_FALSE(unleased->leased);
+  EXPECT_FALSE(core_->ReserveSequence(1, "world", 1, "never-opened")->leased);
+
+  Result<SequenceHolder> unknown;
+  core_->AwaitSequenceHolder(core_->NewWaitId(), 1, "world", unleased->first,
+                             milliseconds(5000), unknown.callback());
+  ASSERT_TRUE(unknown.ready());
+  EXPECT_FALSE(unknown.Get()->released);
+  EXPECT_THAT(unknown.Get()->reason, HasSubstr("under a lease"));
+
+  Result<SequenceHolder> timed_out;
+  core_->AwaitSequenceHolder(core_->NewWaitId(), 1, "world", leased->first + 3,
+                             milliseconds(20), timed_out.callback());
+  ASSERT_TRUE(timed_out.Get().ok());
+  EXPECT_FALSE(timed_out.Get()->released);
+  EXPECT_THAT(timed_out.Get()->reason, HasSubstr("still connected"));
+
+  Result<SequenceHolder> parked;
+  core_->AwaitSequenceHolder(core_->NewWaitId(), 1, "world", leased->first + 5,
+                             milliseconds(60000), parked.callback());
+  EXPECT_FALSE(parked.ready());
+  core_->CloseLease("client-a");
+  auto released = parked.Get();
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_TRUE(released->released);
+  EXPECT_EQ(released->begin, leased->first);
+  EXPECT_EQ(released->end, leased->first + 8);
+  EXPECT_THAT(released->reason, HasSubstr("10.0.0.9:4000"));
+  // Asked after the lease ended: answered at once.
+  Result<SequenceHolder> late;
+  core_->AwaitSequenceHolder(core_->NewWaitId(), 1, "world", leased->first,
+                             milliseconds(60000), late.callback());
+  ASSERT_TRUE(late.ready());
+  EXPECT_TRUE(late.Get()->released);
+  // An ended lease holds nothing new.
+  EXPECT_FALSE(core_->ReserveSequence(1, "world", 1, "client-a")->leased);
+}
+
 }  // namespace ccl::coordinator::core_testing

@@ -3,6 +3,8 @@ worker's message; nothing waits past the timeout it was given."""
 
 import logging
 import socket
+import subprocess
+import sys
 import time
 
 import grpc
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 import ccl
-from conftest import WORKERS
+from conftest import WORKERS, _ClusterGuard, start_cluster
 
 RANKS = list(range(WORKERS))
 
@@ -142,6 +144,43 @@ def test_the_op_after_a_lone_recv_just_works(fresh_cluster, caplog):
     assert len(lines) == 1, lines
     assert "world re-forming after rank 1's communicator broke" in lines[0]
     assert "waited" in lines[0]
+
+
+# A client that reserves 64 seqs of the world under its lease and never
+# sends them, then waits to be killed: a script killed mid-loop.
+_SEQ_HOLDER = """
+import sys, time, ccl
+c = ccl.Client(sys.argv[1], timeout=30)
+first, _ = c._seqs._reserve("world", 64)
+print("reserved", first, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_client_killed_holding_seqs_does_not_stall_the_others(request):
+    """Issue 42: a client killed with -9 while it holds reserved seqs costs
+    the others nothing. The workers' gap timeout here is far past the op's
+    own timeout, so an op that waited on the dead client's seqs would fail;
+    it runs because the coordinator ends the dead client's lease and the
+    workers skip its seqs."""
+    c = start_cluster(worker_args=["--seq-gap-timeout-ms", "600000"])
+    guard = _ClusterGuard(request, c)
+    try:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _SEQ_HOLDER, c.coordinator],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            line = holder.stdout.readline()
+            assert line.startswith("reserved "), line
+        finally:
+            holder.kill()
+            holder.wait()
+        with ccl.Client(c.coordinator, timeout=20) as other:
+            with other.ones(4) as t:
+                other.all_reduce(t)
+                np.testing.assert_array_equal(t.read(1), [WORKERS] * 4)
+    finally:
+        guard.close()
 
 
 def test_async_lone_recv_wait_timeout_then_failure(fresh_cluster):
