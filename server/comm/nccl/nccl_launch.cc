@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/element.h"
+#include "common/status_macros.h"
 #include "server/comm/nccl/nccl_communicator.h"
 #include "server/comm/nccl/nccl_host.h"
 #include "server/comm/nccl/nccl_poll.h"
@@ -402,11 +403,42 @@ absl::Status NcclCommunicator::ReachPeer(int peer, Clock::time_point deadline) {
   if (absl::IsDeadlineExceeded(s)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "rank ", peer,
-        " did not take part in a send/recv with this rank in time (it may "
-        "have run a different op at this seq, or none); the NCCL "
-        "communicator was aborted"));
+        " did not take part in this op's exchange with this rank in time "
+        "(it may have run a different op at this seq, or none, or be gone); "
+        "the NCCL communicator was aborted"));
   }
   return s;
+}
+
+absl::Status NcclCommunicator::ReachPeersOf(const BoundOp& op,
+                                            Clock::time_point deadline) {
+  if (op.count == 0) return absl::OkStatus();
+  switch (op.kind) {
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      return ReachPeer(op.peer, deadline);
+    case OpKind::kGather:
+    case OpKind::kScatter:
+      if (rank_ != op.root) return ReachPeer(op.root, deadline);
+      break;
+    case OpKind::kAllToAll:
+      break;
+    default:
+      return absl::OkStatus();
+  }
+  {
+    // Reached once per peer for the communicator's life: the common case
+    // costs one look.
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (static_cast<int>(reached_peers_.size()) == size_ - 1) {
+      return absl::OkStatus();
+    }
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    CCL_RETURN_IF_ERROR(ReachPeer(peer, deadline));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Handle(
@@ -470,13 +502,10 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
   if (!dtype.ok()) return dtype.status();
   const NcclWorkLabel what(op.kind, op.seq, rank_, size_);
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) && op.count > 0) {
-    const Clock::time_point deadline =
-        Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
-    if (absl::Status s = ReachPeer(op.peer, deadline); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat(what.Text(), ": ", s.message()));
-    }
+  const Clock::time_point deadline =
+      Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
+  if (absl::Status s = ReachPeersOf(op, deadline); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(what.Text(), ": ", s.message()));
   }
   return Handle(what, [&] { return Enqueue(op, *dtype); });
 }
@@ -504,10 +533,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::LaunchBatch(
       Clock::now() +
       std::max(ops.front().timeout, std::chrono::milliseconds(1));
   for (const BoundOp& op : ops) {
-    if ((op.kind == OpKind::kSend || op.kind == OpKind::kRecv) &&
-        op.count > 0) {
-      if (absl::Status s = ReachPeer(op.peer, deadline); !s.ok()) return s;
-    }
+    CCL_RETURN_IF_ERROR(ReachPeersOf(op, deadline));
   }
   const NcclWorkLabel what(absl::StrCat("nccl batch of ", ops.size(),
                                         " ops from seq ", ops.front().seq,
