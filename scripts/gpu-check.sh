@@ -434,6 +434,21 @@ simhosts_clusters() {
   fi
 }
 
+# Issue 42 on CUDA workers, each a simulated host: the op after a failure
+# (a lone recv, an op timeout, a killed and replaced worker) just works, and
+# a client killed holding reserved seqs stalls nobody.
+after_failure_steps() {
+  export CCL_TEST_SIMULATED_HOSTS=1
+  step after_failure_nccl_4 300 env CCL_FAILURE_WORKERS=4 \
+    CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-1}" \
+    "$bundle/bin/failure_nccl_test" \
+    --gtest_filter='*JustWorks*:*AReplacementStartedAtOnce*'
+  step python_after_failure 240 env PYTHONPATH="$bundle/python" \
+    CCL_TEST_DEVICE=cuda CCL_TEST_WORKERS=3 CCL_SOURCE_DIR="$root" \
+    PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider -rs \
+    "$root/client/python/tests/test_errors.py" -k "just_works or killed_holding"
+}
+
 torch_steps() {
   local torch_ops=all_reduce,all_gather,reduce_scatter,broadcast,alltoall,sendrecv
   step torch_nccl 400 python3 "$root/bench/peers/torch_nccl.py" \
@@ -452,6 +467,7 @@ case $mode in
   simhosts1) simhosts_suites ;;
   simhosts2) simhosts_failures ;;
   simhosts3) simhosts_clusters ;;
+  afterfailure) after_failure_steps ;;
   samehost) CCL_TEST_SIMULATED_HOSTS=1 step same_host_refused 180 bash -c same_host_refused ;;
   python) python_steps ;;
   # `run` in two halves, for when one command may not take the whole verdict.
@@ -480,7 +496,7 @@ case $mode in
       step "cluster_down$suffix" 60 "$ccctl" cluster down
       cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs$suffix" 2>/dev/null || true
     done ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2|simhosts3|samehost]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2|simhosts3|afterfailure|samehost]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))
