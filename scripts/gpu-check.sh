@@ -434,11 +434,34 @@ simhosts_clusters() {
   fi
 }
 
+# A gather on a fresh cluster one of whose members was just killed: the
+# survivors' op ends at its own timeout (5 s), not after NCCL's socket
+# connect retries (about a minute, which also held up the re-form).
+dead_peer_gather() {
+  local device=${1:-cuda:0} pid start rc
+  "$ccctl" cluster up --workers 3 --device "$device" || return 1
+  if ! "$ccctl" tensor alloc dpg.x --shape 4 --fill rank+1 ||
+    ! "$ccctl" tensor alloc dpg.y --shape 12; then
+    "$ccctl" cluster down
+    return 1
+  fi
+  pid=$(python3 -c 'import json, os; print(json.load(open(os.environ["CCCTL_STATE_DIR"] + "/state.json"))["workers"][2])')
+  kill -9 "$pid"
+  start=$SECONDS
+  timeout 120 "$ccctl" --timeout 5s gather -i dpg.x --output dpg.y
+  rc=$?
+  echo "gather with a killed member ended after $((SECONDS - start)) s (rc=$rc)"
+  "$ccctl" cluster down
+  [[ $rc -ne 0 && $rc -ne 124 && $((SECONDS - start)) -le 30 ]]
+}
+export -f dead_peer_gather
+
 # Issue 42 on CUDA workers, each a simulated host: the op after a failure
 # (a lone recv, an op timeout, a killed and replaced worker) just works, and
 # a client killed holding reserved seqs stalls nobody.
 after_failure_steps() {
   export CCL_TEST_SIMULATED_HOSTS=1
+  step dead_peer_gather 180 bash -c dead_peer_gather
   step after_failure_nccl_4 300 env CCL_FAILURE_WORKERS=4 \
     CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-1}" \
     "$bundle/bin/failure_nccl_test" \
