@@ -462,14 +462,14 @@ export -f dead_peer_gather
 after_failure_steps() {
   export CCL_TEST_SIMULATED_HOSTS=1
   step dead_peer_gather 180 bash -c dead_peer_gather
-  step after_failure_nccl_4 300 env CCL_FAILURE_WORKERS=4 \
-    CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-1}" \
-    "$bundle/bin/failure_nccl_test" \
-    --gtest_filter='*JustWorks*:*AReplacementStartedAtOnce*'
   step python_after_failure 240 env PYTHONPATH="$bundle/python" \
     CCL_TEST_DEVICE=cuda CCL_TEST_WORKERS=3 CCL_SOURCE_DIR="$root" \
     PYTHONDONTWRITEBYTECODE=1 python3 -m pytest -q -p no:cacheprovider -rs \
     "$root/client/python/tests/test_errors.py" -k "just_works or killed_holding"
+  step after_failure_nccl_4 300 env CCL_FAILURE_WORKERS=4 \
+    CCL_FAILURE_REPEATS="${CCL_FAILURE_REPEATS:-1}" \
+    "$bundle/bin/failure_nccl_test" \
+    --gtest_filter='*JustWorks*:*AReplacementStartedAtOnce*'
 }
 
 torch_steps() {
