@@ -126,6 +126,8 @@ class LocalCluster:
                  client_options=None, simulated_hosts=0):
         self.client_options = dict(client_options or {})
         self.workers = []
+        self._worker_argv = []
+        self._replacements = 0
         self.coordinator = None
         self._coordinator = None
         self.directory = tempfile.mkdtemp(prefix="ccl-pycluster-")
@@ -144,11 +146,13 @@ class LocalCluster:
                     dev = f"cuda:{i % simulated_hosts if simulated_hosts else i}"
                     if simulated_hosts:
                         host = ["--host-id", f"simhost{i}"]
+                argv = [binary("ccworker"), "--coordinator", self.coordinator,
+                        "--listen", "127.0.0.1:0", "--device", dev, *host,
+                        *worker_args]
+                self._worker_argv.append(argv)
                 self.workers.append(_Process(
-                    f"ccworker-{i}",
-                    [binary("ccworker"), "--coordinator", self.coordinator,
-                     "--listen", "127.0.0.1:0", "--rank", str(i), "--device",
-                     dev, *host, *worker_args], self.directory, self._env))
+                    f"ccworker-{i}", argv + ["--rank", str(i)],
+                    self.directory, self._env))
             for w in self.workers:
                 w.wait_port(deadline)
             self.wait_ready(max(1.0, deadline - time.monotonic()))
@@ -171,6 +175,19 @@ class LocalCluster:
 
     def kill_coordinator(self):
         self._coordinator.kill()
+
+    def replace_worker(self, i, timeout=60.0):
+        """Kills worker `i` with SIGKILL and starts its replacement at once,
+        as a container restart does, not naming a rank: the coordinator
+        gives it the dead worker's rank once that one is declared gone.
+        Returns when the replacement serves (not when the world re-formed:
+        wait_ready(min_generation=...) says that)."""
+        self.workers[i].kill()
+        self._replacements += 1
+        self.workers[i] = _Process(
+            f"ccworker-{i}.{self._replacements}", list(self._worker_argv[i]),
+            self.directory, self._env)
+        self.workers[i].wait_port(time.monotonic() + timeout)
 
     def stop(self, keep_logs=False):
         for w in self.workers:

@@ -146,6 +146,47 @@ def test_the_op_after_a_lone_recv_just_works(fresh_cluster, caplog):
     assert "waited" in lines[0]
 
 
+def test_the_subgroup_op_after_a_lone_recv_just_works(fresh_cluster):
+    """Issue 42, for a subgroup: sent at once after the failure, with no
+    wait and no retry, the subgroup's all_reduce runs in the re-formed
+    world with the right sum."""
+    with ccl.Client(fresh_cluster.coordinator, timeout=30) as c:
+        generation = c.generation
+        pair = c.new_group([0, 1])
+        with c.full(4, 1.0, ranks=[0, 1]) as g, c.zeros(3) as t:
+            with pytest.raises(ccl.CclError) as e:
+                c.recv(t, src=0, dst=1, timeout=2)
+            assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            c.all_reduce(g, group=pair)
+            assert c.generation > generation
+            for rank in (0, 1):
+                np.testing.assert_array_equal(g.read(rank), [2.0] * 4)
+
+
+def test_a_worker_killed_and_replaced_at_once(fresh_cluster):
+    """Issue 42: kill -9 a worker and start its replacement at once (a
+    container restart, with no rank named). The replacement takes the dead
+    worker's rank, the client that knew the old world runs the next
+    all_reduce without a retry, and the survivors keep their tensors."""
+    victim = WORKERS - 1
+    with ccl.Client(fresh_cluster.coordinator, timeout=30) as c:
+        generation = c.generation
+        keep = c.full(4, 7.0)
+        fresh_cluster.replace_worker(victim)
+        # The user's next command comes once the replacement is up: a fresh
+        # client makes the tensor; the old one runs the all_reduce.
+        with ccl.Client(fresh_cluster.coordinator, timeout=30) as probe:
+            probe.wait_ready(60, min_generation=generation + 1)
+            x = probe.full(4, 1.0)
+            c.all_reduce(x.name)
+            assert c.generation > generation
+            for rank in RANKS:
+                np.testing.assert_array_equal(x.read(rank), [WORKERS] * 4)
+        for rank in RANKS:
+            if rank != victim:
+                np.testing.assert_array_equal(keep.read(rank), [7.0] * 4)
+
+
 # A client that reserves 64 seqs of the world under its lease and never
 # sends them, then waits to be killed: a script killed mid-loop.
 _SEQ_HOLDER = """
