@@ -169,6 +169,13 @@ int main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials->credentials, &port);
   builder.RegisterService(&service);
+  // A client's lease stream carries nothing after its first reply: a client
+  // host that loses power never closes it. Pings on connections with calls
+  // open find such a client within about 30 s and end its lease, so its
+  // reserved seqs wait no longer than the workers' default gap timeout
+  // whatever --seq-gap-timeout-ms says.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   ccl::RequestErrorDetails error_details("ccl.v1.Coordinator");
   error_details.Install(builder);
   ccl::EnableHealthAndReflection();

@@ -226,6 +226,9 @@ void internal::ClientImpl::Stamp(v1::OpRequest& op, int64_t seq) const {
 absl::StatusOr<int64_t> internal::ClientImpl::TakeSeqs(
     int64_t count, const std::string& of_group) {
   const std::string name = of_group.empty() ? group : of_group;
+  // Seqs held under a lease whose stream broke (the client lives on) may be
+  // skipped by the workers by now: give them back and reserve afresh.
+  if (lease_->TakeLost()) windows_->ReleaseAll();
   absl::StatusOr<int64_t> seq = windows_->Take(name, count);
   // UNAVAILABLE: the generation is re-forming; FAILED_PRECONDITION: it is
   // over already (the coordinator moved on before this client asked).

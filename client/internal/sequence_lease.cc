@@ -22,13 +22,19 @@ std::string FreshLeaseId() {
 class SequenceLease::Stream final
     : public grpc::ClientReadReactor<v1::HoldLeaseReply> {
  public:
-  Stream(v1::Coordinator::Stub& stub, std::string id) : id_(std::move(id)) {
+  // `lost` is set when a lease that was held ends before the owner ends it.
+  Stream(v1::Coordinator::Stub& stub, std::string id, std::atomic<bool>* lost)
+      : id_(std::move(id)), lost_(lost) {
     request_.set_lease(id_);
     stub.async()->HoldLease(&context_, &request_, this);
     StartRead(&reply_);
     StartCall();
   }
   ~Stream() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ending_ = true;
+    }
     context_.TryCancel();
     std::unique_lock<std::mutex> lock(mutex_);
     cv_.wait(lock, [this] { return done_; });
@@ -45,15 +51,21 @@ class SequenceLease::Stream final
   }
   void OnDone(const grpc::Status& status) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (held_ && !ending_) lost_->store(true);
     done_ = true;
     status_ = status;
     cv_.notify_all();
   }
 
-  // Whether the lease is held: waits up to `timeout` for the answer.
+  // Whether the lease is held. Only the first ask waits for the answer (up
+  // to `timeout`): a coordinator that neither answers nor ends the stream
+  // must not add that wait to every reservation.
   bool Held(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_for(lock, timeout, [this] { return held_ || done_; });
+    if (!waited_) {
+      waited_ = true;
+      cv_.wait_for(lock, timeout, [this] { return held_ || done_; });
+    }
     return held_ && !done_;
   }
   bool Ended() {
@@ -73,8 +85,11 @@ class SequenceLease::Stream final
   v1::HoldLeaseReply reply_;
   std::mutex mutex_;
   std::condition_variable cv_;
+  std::atomic<bool>* const lost_;
   bool held_ = false;
   bool done_ = false;
+  bool ending_ = false;
+  bool waited_ = false;
   grpc::Status status_;
 };
 
@@ -92,7 +107,9 @@ std::string SequenceLease::Id() {
     stream_.reset();
     if (unsupported_) return std::string();
   }
-  if (!stream_) stream_ = std::make_unique<Stream>(stub_, FreshLeaseId());
+  if (!stream_) {
+    stream_ = std::make_unique<Stream>(stub_, FreshLeaseId(), &lost_);
+  }
   if (stream_->Held(open_timeout_)) return stream_->id();
   if (stream_->Ended() && stream_->Unimplemented()) {
     unsupported_ = true;

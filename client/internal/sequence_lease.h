@@ -6,6 +6,7 @@
 // timeout: one killed script does not freeze a shared cluster.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -32,6 +33,11 @@ class SequenceLease {
   // agent, an unreachable one): the reservation is then nobody's, and only
   // the workers' gap timeout skips it if this client dies holding it.
   std::string Id();
+  // Whether a lease that was held has ended since the last call while this
+  // client lives on (the connection broke, the coordinator restarted): the
+  // coordinator took the seqs reserved under it for those of a dead client,
+  // so the ones still held should be given back, not used.
+  bool TakeLost() { return lost_.exchange(false); }
 
  private:
   class Stream;
@@ -42,6 +48,7 @@ class SequenceLease {
   std::unique_ptr<Stream> stream_;
   // The coordinator does not know HoldLease: never asked again.
   bool unsupported_ = false;
+  std::atomic<bool> lost_{false};
 };
 
 }  // namespace ccl::client::internal

@@ -70,9 +70,13 @@ class ReleasedSeqs final : public ExecutorTask {
 }  // namespace
 
 absl::Status Executor::Enqueue(std::shared_ptr<ExecutorTask> task) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return EnqueueLocked(std::move(task));
+}
+
+absl::Status Executor::EnqueueLocked(std::shared_ptr<ExecutorTask> task) {
   const int64_t seq = task->seq();
   const int64_t count = std::max<int64_t>(1, task->seq_count());
-  std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) {
     return absl::AbortedError(absl::StrCat(
         "group ", group_, " is shut down; seq ", seq, " was not queued"));
@@ -121,30 +125,29 @@ absl::Status Executor::Enqueue(std::shared_ptr<ExecutorTask> task) {
 
 absl::Status Executor::Release(int64_t begin, int64_t end,
                                absl::Status reason) {
-  // The parts of [begin, end) neither run nor queued: a range whose holder
-  // died may hold ops it sent before it died.
-  std::vector<std::pair<int64_t, int64_t>> unused;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    int64_t at = std::max(begin, next_seq_);
-    auto it = pending_.upper_bound(at);
-    if (it != pending_.begin()) {
-      auto previous = std::prev(it);
-      at =
-          std::max(at, previous->first +
-                           std::max<int64_t>(1, previous->second->seq_count()));
-    }
-    for (; it != pending_.end() && it->first < end; ++it) {
-      if (it->first > at) unused.emplace_back(at, it->first);
-      at = std::max(at,
-                    it->first + std::max<int64_t>(1, it->second->seq_count()));
-    }
-    if (at < end) unused.emplace_back(at, end);
+  // Only the parts of [begin, end) neither run nor queued: a range whose
+  // holder died may hold ops it sent before it died. Under one lock, so
+  // that no skip or late op gets between the split and the queueing.
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t at = std::max(begin, next_seq_);
+  auto it = pending_.upper_bound(at);
+  if (it != pending_.begin()) {
+    auto previous = std::prev(it);
+    at = std::max(at, previous->first +
+                          std::max<int64_t>(1, previous->second->seq_count()));
   }
+  std::vector<std::pair<int64_t, int64_t>> unused;
+  for (; it != pending_.end() && it->first < end; ++it) {
+    if (it->first > at) unused.emplace_back(at, it->first);
+    at =
+        std::max(at, it->first + std::max<int64_t>(1, it->second->seq_count()));
+  }
+  if (at < end) unused.emplace_back(at, end);
   for (const auto& [from, to] : unused) {
-    CCL_RETURN_IF_ERROR(Enqueue(std::make_shared<ReleasedSeqs>(from, to)));
-    std::lock_guard<std::mutex> lock(mutex_);
+    // Recorded first: a late op at one of them fails with `reason`.
     lost_.emplace(from, std::make_pair(to, reason));
+    CCL_RETURN_IF_ERROR(
+        EnqueueLocked(std::make_shared<ReleasedSeqs>(from, to)));
   }
   return absl::OkStatus();
 }
@@ -229,7 +232,9 @@ void Executor::LaunchLoop() {
       // Later ops are queued but next_seq_ is missing.
       const Clock::time_point now = Clock::now();
       if (!gap_since) gap_since = now;
-      const bool unasked = gap_watch_ && watched_seq_ != next_seq_;
+      // Not asked when the gap timeout itself comes as soon.
+      const bool unasked = gap_watch_ && watched_seq_ != next_seq_ &&
+                           gap_timeout_ > kGapWatchAfter;
       if (unasked && now - *gap_since >= kGapWatchAfter) {
         // Asked once per missing seq: its holder may be gone.
         const int64_t seq = next_seq_;

@@ -185,6 +185,8 @@ class Executor {
     std::unique_ptr<CommWork> handle;
   };
 
+  // Enqueue, with mutex_ held.
+  absl::Status EnqueueLocked(std::shared_ptr<ExecutorTask> task);
   void LaunchLoop();
   void CompletionLoop();
   // An op is being launched, in flight or being finished (a launch whose

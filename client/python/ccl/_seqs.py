@@ -154,7 +154,12 @@ class _Lease:
         self._call = None
         self._id = ""
         self._held = None
+        self._waited = False
         self._unsupported = False
+        self._closing = False
+        # A lease that was held ended while the client lives on: the seqs
+        # reserved under it may be skipped by the workers by now.
+        self.lost = False
 
     def id(self):
         """The lease id to reserve under, or "" when none could be held
@@ -167,12 +172,17 @@ class _Lease:
             if self._call is None:
                 self._id = secrets.token_hex(16)
                 self._held = threading.Event()
+                self._waited = False
                 self._call = self._client._coord.HoldLease(
                     coordinator_pb2.HoldLeaseRequest(lease=self._id))
                 threading.Thread(target=self._watch,
                                  args=(self._call, self._held),
                                  daemon=True, name="ccl-lease").start()
-            self._held.wait(self.OPEN_TIMEOUT_S)
+            if not self._waited:
+                # Only the first ask waits: a coordinator that neither
+                # answers nor ends the stream must not slow every reserve.
+                self._waited = True
+                self._held.wait(self.OPEN_TIMEOUT_S)
             if not self._call.done():
                 return self._id if self._held.is_set() else ""
             if self._call.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -180,19 +190,27 @@ class _Lease:
             self._call = None
             return ""
 
-    @staticmethod
-    def _watch(call, held):
+    def _watch(self, call, held):
         # The one reply says the lease is held; the stream then stays open
         # until the client closes it or the coordinator goes.
+        replied = False
         try:
             for _ in call:
+                replied = True
                 held.set()
         except grpc.RpcError:
             pass
+        if replied and not self._closing:
+            self.lost = True
         held.set()
+
+    def take_lost(self):
+        lost, self.lost = self.lost, False
+        return lost
 
     def close(self):
         with self._lock:
+            self._closing = True
             if self._call is not None:
                 self._call.cancel()
                 self._call = None
@@ -215,6 +233,10 @@ class ClientSequences:
         client alone, in its current generation."""
         with self._lock:
             self._ranks[group.name] = list(group.ranks)
+        if self._lease.take_lost():
+            # Held under a lease whose stream broke: give them back and
+            # reserve afresh rather than use seqs the workers may skip.
+            self.windows.release_all()
         return self.windows.take(group.name, self._client.generation)
 
     def drop(self, group_name):

@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -169,14 +170,15 @@ class NcclCommunicator final : public Communicator {
   // Makes sure the data lane's first send/recv with `peer` cannot wait for
   // it on the host: the control lane exchanges a token with it first.
   absl::Status ReachPeer(int peer, Clock::time_point deadline);
-  // ReachPeer for every peer `op` exchanges with point to point inside NCCL:
+  // ReachPeer for every peer `ops` exchange with point to point inside NCCL:
   // send/recv's peer, and gather's, scatter's and all_to_all's, which NCCL
   // runs as sends and receives that connect at their first use (unlike the
   // ring and tree collectives, connected when the lane is made). Without
   // it, a gather whose peer had died blocked its launch in NCCL's socket
   // connect for about a minute, past the op's own timeout. In ascending
   // peer order, which every rank shares, so no two ranks wait on each other.
-  absl::Status ReachPeersOf(const BoundOp& op, Clock::time_point deadline);
+  absl::Status ReachPeersOf(std::span<const BoundOp> ops,
+                            Clock::time_point deadline);
   // The exchange of ExchangeHost on the control lane, and of AllGatherHost
   // on the agree lane: copies in, NCCL call(s), copies out, waited for on an
   // event without holding comm_mutex_ so an abort can interrupt it.

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
+#include <span>
 #include <thread>
 #include <utility>
 
@@ -410,22 +412,33 @@ absl::Status NcclCommunicator::ReachPeer(int peer, Clock::time_point deadline) {
   return s;
 }
 
-absl::Status NcclCommunicator::ReachPeersOf(const BoundOp& op,
+absl::Status NcclCommunicator::ReachPeersOf(std::span<const BoundOp> ops,
                                             Clock::time_point deadline) {
-  if (op.count == 0) return absl::OkStatus();
-  switch (op.kind) {
-    case OpKind::kSend:
-    case OpKind::kRecv:
-      return ReachPeer(op.peer, deadline);
-    case OpKind::kGather:
-    case OpKind::kScatter:
-      if (rank_ != op.root) return ReachPeer(op.root, deadline);
-      break;
-    case OpKind::kAllToAll:
-      break;
-    default:
-      return absl::OkStatus();
+  std::set<int> peers;
+  for (const BoundOp& op : ops) {
+    if (op.count == 0) continue;
+    switch (op.kind) {
+      case OpKind::kSend:
+      case OpKind::kRecv:
+        peers.insert(op.peer);
+        break;
+      case OpKind::kGather:
+      case OpKind::kScatter:
+        if (rank_ != op.root) {
+          peers.insert(op.root);
+          break;
+        }
+        [[fallthrough]];
+      case OpKind::kAllToAll:
+        for (int peer = 0; peer < size_; ++peer) {
+          if (peer != rank_) peers.insert(peer);
+        }
+        break;
+      default:
+        break;
+    }
   }
+  if (peers.empty()) return absl::OkStatus();
   {
     // Reached once per peer for the communicator's life: the common case
     // costs one look.
@@ -434,10 +447,9 @@ absl::Status NcclCommunicator::ReachPeersOf(const BoundOp& op,
       return absl::OkStatus();
     }
   }
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    CCL_RETURN_IF_ERROR(ReachPeer(peer, deadline));
-  }
+  // Ascending, whatever order the ops name them in: a batch's ring (send
+  // to r+1, recv from r-1) taken op by op would wait in a cycle.
+  for (int peer : peers) CCL_RETURN_IF_ERROR(ReachPeer(peer, deadline));
   return absl::OkStatus();
 }
 
@@ -504,7 +516,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::Launch(
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const Clock::time_point deadline =
       Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1));
-  if (absl::Status s = ReachPeersOf(op, deadline); !s.ok()) {
+  if (absl::Status s = ReachPeersOf({&op, 1}, deadline); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(what.Text(), ": ", s.message()));
   }
   return Handle(what, [&] { return Enqueue(op, *dtype); });
@@ -532,9 +544,7 @@ absl::StatusOr<std::unique_ptr<CommWork>> NcclCommunicator::LaunchBatch(
   const Clock::time_point deadline =
       Clock::now() +
       std::max(ops.front().timeout, std::chrono::milliseconds(1));
-  for (const BoundOp& op : ops) {
-    CCL_RETURN_IF_ERROR(ReachPeersOf(op, deadline));
-  }
+  CCL_RETURN_IF_ERROR(ReachPeersOf(ops, deadline));
   const NcclWorkLabel what(absl::StrCat("nccl batch of ", ops.size(),
                                         " ops from seq ", ops.front().seq,
                                         " at rank ", rank_, "/", size_));
