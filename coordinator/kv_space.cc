@@ -8,13 +8,9 @@
 #include "absl/strings/str_join.h"
 
 namespace ccl::coordinator {
-namespace {
-
-std::string GroupName(const std::string& group) {
+std::string SequenceGroupName(const std::string& group) {
   return group.empty() ? std::string("world") : group;
 }
-
-}  // namespace
 
 KvSpace::KvSpace(TimerQueue& timers, std::function<void(WaitId)> on_deadline)
     : timers_(timers), on_deadline_(std::move(on_deadline)) {}
@@ -266,7 +262,7 @@ bool KvSpace::Delete(int64_t generation, const std::string& key) {
 
 int64_t KvSpace::Reserve(int64_t generation, const std::string& group,
                          int64_t count) {
-  int64_t& next = At(generation).sequences[GroupName(group)];
+  int64_t& next = At(generation).sequences[SequenceGroupName(group)];
   const int64_t first = next;
   next += count;
   return first;
@@ -274,14 +270,14 @@ int64_t KvSpace::Reserve(int64_t generation, const std::string& group,
 
 void KvSpace::SeedSequence(int64_t generation, const std::string& group,
                            int64_t next) {
-  int64_t& counter = At(generation).sequences[GroupName(group)];
+  int64_t& counter = At(generation).sequences[SequenceGroupName(group)];
   counter = std::max(counter, next);
 }
 
 absl::Status KvSpace::PostUniqueId(int64_t generation, const std::string& group,
                                    std::string unique_id, Deferred& deferred) {
   Generation& data = At(generation);
-  const std::string name = GroupName(group);
+  const std::string name = SequenceGroupName(group);
   auto [it, inserted] = data.unique_ids.emplace(name, unique_id);
   if (!inserted) {
     if (it->second == unique_id) return absl::OkStatus();  // A retried post.
@@ -312,7 +308,7 @@ void KvSpace::GetUniqueId(WaitId id, int64_t generation,
                           const std::string& group,
                           std::chrono::milliseconds timeout,
                           Callback<UniqueIdResult> done, Deferred& deferred) {
-  const std::string name = GroupName(group);
+  const std::string name = SequenceGroupName(group);
   if (const Generation* data = Find(generation); data != nullptr) {
     if (auto it = data->unique_ids.find(name); it != data->unique_ids.end()) {
       deferred.push_back(

@@ -62,6 +62,9 @@ struct KvStats {
   int64_t parked = 0;   // KV and unique-id waits
 };
 
+// A group's name as its sequence counter is kept: "" is the world.
+std::string SequenceGroupName(const std::string& group);
+
 class KvSpace {
  public:
   // `on_deadline` runs on `timers`' thread when a parked call's deadline

@@ -3,13 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/kv_space.h"
 
 namespace ccl::coordinator {
 namespace {
-
-std::string GroupName(const std::string& group) {
-  return group.empty() ? std::string("world") : group;
-}
 
 std::string SeqsString(int64_t begin, int64_t end) {
   return end - begin == 1 ? absl::StrCat("seq ", begin)
@@ -89,7 +86,7 @@ bool SequenceLeases::Record(int64_t generation, const std::string& group,
   if (lease.empty() || count <= 0) return false;
   auto it = open_.find(lease);
   if (it == open_.end()) return false;
-  Ranges& ranges = ranges_[{generation, GroupName(group)}];
+  Ranges& ranges = ranges_[{generation, SequenceGroupName(group)}];
   ranges[first] = Range{first + count, it->second};
   if (ranges.size() > kMaxRangesPerGroup) ranges.erase(ranges.begin());
   return true;
@@ -99,7 +96,7 @@ void SequenceLeases::Await(WaitId id, int64_t generation,
                            const std::string& group, int64_t seq,
                            std::chrono::milliseconds timeout,
                            Callback<SequenceHolder> done, Deferred& deferred) {
-  const std::string name = GroupName(group);
+  const std::string name = SequenceGroupName(group);
   const Range* range = nullptr;
   int64_t begin = 0;
   if (auto ranges = ranges_.find({generation, name}); ranges != ranges_.end()) {
