@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import ccl
+from ccl.v1 import worker_pb2
 from conftest import WORKERS, _ClusterGuard, start_cluster
 
 RANKS = list(range(WORKERS))
@@ -161,6 +162,26 @@ def test_the_subgroup_op_after_a_lone_recv_just_works(fresh_cluster):
             assert c.generation > generation
             for rank in (0, 1):
                 np.testing.assert_array_equal(g.read(rank), [2.0] * 4)
+
+
+def test_the_op_after_an_op_timeout_just_works(fresh_cluster):
+    """Issue 42, after an op timeout: an all_reduce one rank never joined
+    (sent to the others only, through the client's own submit) times out;
+    the next all_reduce runs in the re-formed world, no retry."""
+    with ccl.Client(fresh_cluster.coordinator, timeout=30) as c:
+        generation = c.generation
+        with c.ones(4) as t:
+            joined = {r: worker_pb2.OpRequest(
+                kind=worker_pb2.OP_KIND_ALL_REDUCE, input=t.name)
+                for r in RANKS[:-1]}
+            with pytest.raises(ccl.CclError) as e:
+                c._submit("all_reduce", c._group(None), joined, False, 1.5)
+            assert e.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+            t.write(np.ones(4))  # what the timed-out op left is undefined
+            c.all_reduce(t)
+            assert c.generation > generation
+            for rank in RANKS:
+                np.testing.assert_array_equal(t.read(rank), [WORKERS] * 4)
 
 
 def test_a_worker_killed_and_replaced_at_once(fresh_cluster):
