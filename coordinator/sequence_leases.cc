@@ -38,7 +38,6 @@ absl::Status SequenceLeases::Open(const std::string& lease,
         "skipped by the workers' gap timeout if it dies holding them"));
   }
   auto entry = std::make_shared<Lease>();
-  entry->id = lease;
   entry->holder = std::move(holder);
   open_.emplace(lease, std::move(entry));
   return absl::OkStatus();
@@ -200,10 +199,6 @@ void SequenceLeases::FailAll(const absl::Status& why, Deferred& deferred) {
     deferred.push_back([done = std::move(waiter.done), why] { done(why); });
   }
   waiters_.clear();
-}
-
-int64_t SequenceLeases::open_leases() const {
-  return static_cast<int64_t>(open_.size());
 }
 
 }  // namespace ccl::coordinator

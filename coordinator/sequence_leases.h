@@ -84,12 +84,8 @@ class SequenceLeases {
   std::function<void()> Cancel(WaitId id, const absl::Status& why);
   void FailAll(const absl::Status& why, Deferred& deferred);
 
-  int64_t open_leases() const;
-  int64_t parked() const { return static_cast<int64_t>(waiters_.size()); }
-
  private:
   struct Lease {
-    std::string id;
     std::string holder;
     bool open = true;
     // Calls parked on one of the lease's ranges.

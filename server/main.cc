@@ -324,40 +324,8 @@ int main(int argc, char** argv) {
         std::lock_guard<std::mutex> lock(sealer_mutex);
         if (sealer != nullptr) sealer->Seal(generation, cause);
       };
-  // A seq its group waits for: the coordinator knows whether the client
-  // that reserved it still holds its lease; if not, the dead client's
-  // range is skipped now rather than after --seq-gap-timeout-ms.
   config.on_sequence_gap =
-      [coordinator = coordinator_client->get(),
-       timeout = config.seq_gap_timeout](
-          int64_t generation, const std::string& group, int64_t seq,
-          std::function<void(int64_t, int64_t, absl::Status)> skip) {
-        ccl::v1::AwaitSequenceHolderRequest request;
-        request.set_generation(generation);
-        request.set_group(group);
-        request.set_seq(seq);
-        request.set_timeout_ms(timeout.count());
-        return coordinator->AwaitSequenceHolderAsync(
-            request,
-            [skip = std::move(skip), group,
-             seq](absl::StatusOr<ccl::v1::AwaitSequenceHolderResponse> answer) {
-              if (!answer.ok()) {
-                // An older coordinator, or one restarting: the gap timeout
-                // stays the judge.
-                if (!absl::IsCancelled(answer.status())) {
-                  spdlog::debug("ccworker: who holds seq {} of group {}: {}",
-                                seq, group,
-                                std::string(answer.status().message()));
-                }
-                return;
-              }
-              if (!answer->released()) return;
-              spdlog::info("ccworker: skipping {}", answer->reason());
-              skip(answer->begin(), answer->end(),
-                   absl::FailedPreconditionError(
-                       absl::StrCat("skipped: ", answer->reason())));
-            });
-      };
+      ccl::SequenceHolderQuestion(**coordinator_client, config.seq_gap_timeout);
   auto core = ccl::WorkerCore::Create(config);
   if (!core.ok()) {
     spdlog::error("ccworker: {}", std::string(core.status().message()));

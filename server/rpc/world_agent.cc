@@ -10,6 +10,37 @@
 #include "spdlog/spdlog.h"
 
 namespace ccl {
+
+decltype(WorkerConfig::on_sequence_gap) SequenceHolderQuestion(
+    CoordinatorClient& coordinator, std::chrono::milliseconds gap_timeout) {
+  return [&coordinator, gap_timeout](
+             int64_t generation, const std::string& group, int64_t seq,
+             std::function<void(int64_t, int64_t, absl::Status)> skip) {
+    v1::AwaitSequenceHolderRequest request;
+    request.set_generation(generation);
+    request.set_group(group);
+    request.set_seq(seq);
+    request.set_timeout_ms(gap_timeout.count());
+    return coordinator.AwaitSequenceHolderAsync(
+        request, [skip = std::move(skip), group,
+                  seq](absl::StatusOr<v1::AwaitSequenceHolderResponse> answer) {
+          if (!answer.ok()) {
+            // An older coordinator, or one restarting: the gap timeout
+            // stays the judge.
+            if (!absl::IsCancelled(answer.status())) {
+              spdlog::debug("ccworker: who holds seq {} of group {}: {}", seq,
+                            group, std::string(answer.status().message()));
+            }
+            return;
+          }
+          if (!answer->released()) return;
+          spdlog::info("ccworker: skipping {}", answer->reason());
+          skip(answer->begin(), answer->end(),
+               absl::FailedPreconditionError(
+                   absl::StrCat("skipped: ", answer->reason())));
+        });
+  };
+}
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -29,6 +29,13 @@
 
 namespace ccl {
 
+// WorkerConfig::on_sequence_gap for a worker of `coordinator`: asks who
+// holds the missing seq (AwaitSequenceHolder, bounded by the gap timeout)
+// and skips the dead client's range when its lease has ended. Any other
+// answer leaves the gap timeout to judge.
+decltype(WorkerConfig::on_sequence_gap) SequenceHolderQuestion(
+    CoordinatorClient& coordinator, std::chrono::milliseconds gap_timeout);
+
 struct WorldAgentOptions {
   // Address, host, device, requested rank, worker id and register timeout.
   v1::RegisterRequest registration;
