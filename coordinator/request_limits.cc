@@ -123,6 +123,13 @@ absl::Status NotNegative(const char* what, int64_t value) {
       absl::StrCat(what, " ", value, " is negative"));
 }
 
+absl::Status Generation(const char* what, int64_t value,
+                        const CoordinatorLimits& limits) {
+  if (value >= 0 && value <= limits.max_generation) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " ", value, " is not in [0, ", limits.max_generation, "]"));
+}
+
 absl::Status Secret(const std::string& secret,
                     const CoordinatorLimits& limits) {
   return Token("worker secret", secret, limits.max_secret_bytes);
@@ -135,8 +142,8 @@ absl::Status ValidateLimits(const CoordinatorLimits& limits) {
       limits.max_wait_keys <= 0 || limits.max_name_length == 0 ||
       limits.max_address_length == 0 || limits.max_timeout_ms <= 0 ||
       limits.max_resume_groups <= 0 || limits.max_seq <= 0 ||
-      limits.max_reason_bytes == 0 || limits.max_secret_bytes == 0 ||
-      limits.max_host_members <= 0) {
+      limits.max_generation <= 0 || limits.max_reason_bytes == 0 ||
+      limits.max_secret_bytes == 0 || limits.max_host_members <= 0) {
     return absl::InvalidArgumentError(
         "every coordinator request limit must be positive");
   }
@@ -192,9 +199,9 @@ absl::Status ValidateRequest(const v1::RegisterRequest& request,
         NotNegative("nccl_ranks_per_root", request.nccl_ranks_per_root()));
   }
   CCL_RETURN_IF_ERROR(
-      NotNegative("resume generation", request.resume_generation()));
+      Generation("resume generation", request.resume_generation(), limits));
   CCL_RETURN_IF_ERROR(
-      NotNegative("known generation", request.known_generation()));
+      Generation("known generation", request.known_generation(), limits));
   return NextSeqs("register resumes", "resumed next seq",
                   request.resume_next_seq(), limits);
 }
@@ -202,7 +209,7 @@ absl::Status ValidateRequest(const v1::RegisterRequest& request,
 absl::Status ValidateRequest(const v1::HeartbeatRequest& request,
                              const CoordinatorLimits& limits) {
   CCL_RETURN_IF_ERROR(NotNegative("rank", request.rank()));
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(
       Token("worker id", request.worker_id(), limits.max_name_length));
   CCL_RETURN_IF_ERROR(Secret(request.worker_secret(), limits));
@@ -229,7 +236,7 @@ absl::Status ValidateRequest(const v1::HeartbeatRequest& request,
 absl::Status ValidateRequest(const v1::DeregisterRequest& request,
                              const CoordinatorLimits& limits) {
   CCL_RETURN_IF_ERROR(NotNegative("rank", request.rank()));
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(
       Token("worker id", request.worker_id(), limits.max_name_length));
   return Secret(request.worker_secret(), limits);
@@ -242,20 +249,20 @@ absl::Status ValidateRequest(const v1::GetWorldRequest&,
 
 absl::Status ValidateRequest(const v1::KvSetRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(Key(request.key(), limits));
   return Value("value", request.value(), limits);
 }
 
 absl::Status ValidateRequest(const v1::KvGetRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   return Key(request.key(), limits);
 }
 
 absl::Status ValidateRequest(const v1::KvWaitRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(NotNegative("timeout_ms", request.timeout_ms()));
   if (request.keys_size() > limits.max_wait_keys) {
     return absl::InvalidArgumentError(
@@ -269,13 +276,13 @@ absl::Status ValidateRequest(const v1::KvWaitRequest& request,
 
 absl::Status ValidateRequest(const v1::KvAddRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   return Key(request.key(), limits);
 }
 
 absl::Status ValidateRequest(const v1::KvCompareSetRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(Key(request.key(), limits));
   CCL_RETURN_IF_ERROR(Value("expected value", request.expected(), limits));
   return Value("desired value", request.desired(), limits);
@@ -283,13 +290,13 @@ absl::Status ValidateRequest(const v1::KvCompareSetRequest& request,
 
 absl::Status ValidateRequest(const v1::KvDeleteRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   return Key(request.key(), limits);
 }
 
 absl::Status ValidateRequest(const v1::ReserveSequenceRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(Group(request.group(), limits));
   if (request.count() < 1 || request.count() > kMaxSequenceCount) {
     return absl::InvalidArgumentError(
@@ -301,7 +308,7 @@ absl::Status ValidateRequest(const v1::ReserveSequenceRequest& request,
 
 absl::Status ValidateRequest(const v1::PostUniqueIdRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(Group(request.group(), limits));
   if (request.unique_id().empty() ||
       request.unique_id().size() > kMaxUniqueIdBytes) {
@@ -314,7 +321,7 @@ absl::Status ValidateRequest(const v1::PostUniqueIdRequest& request,
 
 absl::Status ValidateRequest(const v1::GetUniqueIdRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(NotNegative("timeout_ms", request.timeout_ms()));
   return Group(request.group(), limits);
 }
@@ -326,7 +333,7 @@ absl::Status ValidateRequest(const v1::HoldLeaseRequest& request,
 
 absl::Status ValidateRequest(const v1::AwaitSequenceHolderRequest& request,
                              const CoordinatorLimits& limits) {
-  CCL_RETURN_IF_ERROR(NotNegative("generation", request.generation()));
+  CCL_RETURN_IF_ERROR(Generation("generation", request.generation(), limits));
   CCL_RETURN_IF_ERROR(NotNegative("seq", request.seq()));
   CCL_RETURN_IF_ERROR(NotNegative("timeout_ms", request.timeout_ms()));
   return Group(request.group(), limits);

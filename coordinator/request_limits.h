@@ -37,6 +37,10 @@ struct CoordinatorLimits {
   // Groups a registration resumes, and their sequence numbers.
   int max_resume_groups = 4096;
   int64_t max_seq = int64_t{1} << 62;
+  // Generations a request names: far above any a world reaches, and low
+  // enough that the coordinator's "one above the highest seen" cannot
+  // overflow (the fuzzer's known generation INT64_MAX did).
+  int64_t max_generation = int64_t{1} << 62;
   // A heartbeat's reform reason (it is logged).
   size_t max_reason_bytes = 4096;
   // The worker's secret as the coordinator issues it is 64 characters.
