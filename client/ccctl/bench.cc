@@ -22,31 +22,6 @@
 namespace ccl::ctl {
 namespace {
 
-// Non-empty when two of `members` share one GPU as different hosts (each
-// worker's host id set, as ccctl cluster up --device cuda:N does).
-std::string SharedGpuNote(const client::World& world,
-                          const std::vector<int>& members) {
-  std::map<std::string, std::set<std::string>> hosts_of_gpu;
-  for (const client::Member& member : world.members) {
-    if (member.device_bus_id.empty() ||
-        std::find(members.begin(), members.end(), member.rank) ==
-            members.end()) {
-      continue;
-    }
-    hosts_of_gpu[member.device_bus_id].insert(
-        member.host_id.empty() ? member.host : member.host_id);
-  }
-  for (const auto& [gpu, hosts] : hosts_of_gpu) {
-    if (hosts.size() > 1) {
-      return absl::StrCat(
-          "simulated hosts: ", hosts.size(), " hosts share GPU ", gpu,
-          " as hosts of their own (NCCL's socket transport, the GPU "
-          "time-shared): a correctness run, not a speed figure");
-    }
-  }
-  return "";
-}
-
 struct BenchArgs {
   std::string op_name = "all_reduce";
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes;

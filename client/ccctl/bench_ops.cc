@@ -1,5 +1,11 @@
 #include "client/ccctl/bench_ops.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
 namespace ccl::ctl {
 namespace {
 
@@ -37,6 +43,29 @@ const BenchOp* FindBenchOp(const std::string& name) {
     if (wanted == op.name) return &op;
   }
   return nullptr;
+}
+
+std::string SharedGpuNote(const client::World& world,
+                          const std::vector<int>& members) {
+  std::map<std::string, std::set<std::string>> hosts_of_gpu;
+  for (const client::Member& member : world.members) {
+    if (member.device_bus_id.empty() ||
+        std::find(members.begin(), members.end(), member.rank) ==
+            members.end()) {
+      continue;
+    }
+    hosts_of_gpu[member.device_bus_id].insert(
+        member.host_id.empty() ? member.host : member.host_id);
+  }
+  for (const auto& [gpu, hosts] : hosts_of_gpu) {
+    if (hosts.size() > 1) {
+      return absl::StrCat(
+          "simulated hosts: ", hosts.size(), " hosts share GPU ", gpu,
+          " as hosts of their own (NCCL's socket transport, the GPU "
+          "time-shared): a correctness run, not a speed figure");
+    }
+  }
+  return "";
 }
 
 const BenchOp* BenchOpFor(OpKind kind) {

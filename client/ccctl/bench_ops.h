@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "client/types.h"
 #include "common/types.h"
 
 namespace ccl::ctl {
@@ -25,5 +27,12 @@ struct BenchOp {
 const BenchOp* FindBenchOp(const std::string& name);
 // By kind (kSend stands for sendrecv); null if none.
 const BenchOp* BenchOpFor(OpKind kind);
+
+// Non-empty when two of `members` share one GPU as different hosts (each
+// worker's host id set, as ccctl cluster up --device cuda:N does): the
+// line that labels such a run's figures as a correctness run, not a speed
+// figure.
+std::string SharedGpuNote(const client::World& world,
+                          const std::vector<int>& members);
 
 }  // namespace ccl::ctl

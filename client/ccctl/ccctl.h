@@ -52,10 +52,12 @@ using client::World;
 using client::WorldState;
 using client::WorldStateName;
 
-// Exit codes: 0 success, 1 an RPC or op failed, 2 bad usage.
+// Exit codes: 0 success, 1 an RPC or op failed, 2 bad usage, 3 the doctor
+// found something (it ran; scripts and Kubernetes jobs act on it).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitFindings = 3;
 
 struct Globals {
   std::string coordinator;

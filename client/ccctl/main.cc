@@ -1,5 +1,6 @@
 // ccctl: drive a collective-communication cluster from a terminal or a
-// script. Exit codes: 0 success, 1 an RPC or op failed, 2 bad usage.
+// script. Exit codes: 0 success, 1 an RPC or op failed, 2 bad usage, 3 the
+// doctor found something.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   AddDebugCommands(app, globals, exit_code);
   AddHealthCommand(app, globals, exit_code);
   AddBenchCommand(app, globals, exit_code);
+  AddDoctorCommand(app, globals, exit_code);
   AddClusterCommands(app, globals, exit_code);
   AddRunCommand(app, globals, exit_code);
   AddCompletionCommand(app, exit_code);

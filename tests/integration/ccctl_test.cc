@@ -3,10 +3,12 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -306,6 +308,91 @@ TEST_F(CcctlTest, BenchPrintsNcclTestsColumns) {
   Result json = Ccctl("bench all_gather -b 1K -e 4K -n 2 -w 1 -c 1 -o json");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_EQ(nlohmann::json::parse(json.out)["rows"].size(), 3u);
+}
+
+// The doctor's run on a live cluster: every directed pair measured and
+// checked, its outputs written, nothing left behind. Whether this busy
+// machine's pairs look alike is not asserted (the finder's verdicts on
+// planted faults are doctor_judge_test's); a throttled worker is.
+TEST_F(CcctlTest, DoctorMeasuresEveryPairAndNamesAThrottledRank) {
+  const std::string svg = (dir_ / "doctor.svg").string();
+  const std::string prom = (dir_ / "doctor.prom").string();
+  const std::string baseline = (dir_ / "baseline.json").string();
+  const std::string sizes =
+      "--size 4M -n 20 -w 1 --latency-iters 100 --skew-ops 5";
+  Result healthy =
+      Ccctl(absl::StrCat("doctor ", sizes, " -o json --svg ", svg, " --prom ",
+                         prom, " --save-baseline ", baseline));
+  ASSERT_TRUE(healthy.exit_code == 0 || healthy.exit_code == 3)
+      << healthy.exit_code << healthy.err;
+  const auto document = nlohmann::json::parse(healthy.out);
+  EXPECT_EQ(document["healthy"].get<bool>(), healthy.exit_code == 0);
+  ASSERT_EQ(document["ranks"].size(), 4u);
+  ASSERT_EQ(document["cells"].size(), 12u);
+  for (const auto& cell : document["cells"]) {
+    EXPECT_GT(cell["bandwidth_gbps"].get<double>(), 0) << cell;
+    EXPECT_GT(cell["latency_us"].get<double>(), 0) << cell;
+    EXPECT_EQ(cell["wrong"].get<int>(), 0) << cell;
+    EXPECT_FALSE(cell.contains("error")) << cell;
+  }
+  EXPECT_EQ(document["skew"].size(), 4u);
+  EXPECT_EQ(nlohmann::json::parse(Slurp(baseline))["cells"], document["cells"]);
+  const std::string picture = Slurp(svg);
+  EXPECT_EQ(picture.rfind("<svg", 0), 0u) << picture.substr(0, 80);
+  EXPECT_GE(CountOf(picture, "<rect"), 16);
+  EXPECT_EQ(CountOf(Slurp(prom), "ccl_doctor_bandwidth_gbps{"), 12);
+  Result ls = Ccctl("tensor ls -o json");
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_EQ(absl::StrJoin(Temporaries(ls.out), " "), "");
+
+  // The worker of one rank runs a sixth of the time (stopped 10 ms of every
+  // 12; each pair's bench spans many such cycles): its pairs are slow, the
+  // others' are not.
+  auto client = cluster_->Client();
+  ASSERT_TRUE(client.ok()) << client.status();
+  const int throttled_worker = 2;
+  int throttled_rank = -1;
+  for (const auto& member : (*client)->world().members) {
+    if (member.address ==
+        cluster_->worker(throttled_worker).loopback_address()) {
+      throttled_rank = member.rank;
+    }
+  }
+  ASSERT_GE(throttled_rank, 0);
+  std::atomic<bool> throttling{true};
+  const pid_t pid = cluster_->worker(throttled_worker).pid();
+  std::thread throttle([&] {
+    while (throttling) {
+      kill(pid, SIGSTOP);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      kill(pid, SIGCONT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  Result slow = Ccctl(absl::StrCat("doctor ", sizes, " -o json"));
+  Result against =
+      Ccctl(absl::StrCat("doctor ", sizes, " --baseline ", baseline));
+  throttling = false;
+  throttle.join();
+  kill(pid, SIGCONT);
+  ASSERT_EQ(slow.exit_code, 3) << slow.out << slow.err;
+  const auto findings = nlohmann::json::parse(slow.out)["findings"];
+  ASSERT_FALSE(findings.empty());
+  EXPECT_EQ(findings[0]["blame"], "rank") << findings;
+  EXPECT_EQ(findings[0]["ranks"], nlohmann::json::array({throttled_rank}))
+      << findings;
+  EXPECT_EQ(against.exit_code, 3) << against.out << against.err;
+  EXPECT_NE(against.out.find(absl::StrCat("1. rank ", throttled_rank, " ")),
+            std::string::npos)
+      << against.out;
+  EXPECT_NE(against.out.find("judged against the baseline"), std::string::npos);
+  // Bad input: a baseline that is not one, sizes that differ from it.
+  std::ofstream(dir_ / "not.json") << "{]";
+  EXPECT_EQ(
+      Ccctl("doctor --baseline " + (dir_ / "not.json").string()).exit_code, 2);
+  Result other_size = Ccctl("doctor --size 1M --baseline " + baseline);
+  EXPECT_EQ(other_size.exit_code, 2);
+  EXPECT_NE(other_size.err.find("--size"), std::string::npos) << other_size.err;
 }
 
 TEST_F(CcctlTest, EveryExamplePasses) {

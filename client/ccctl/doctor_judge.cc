@@ -1,0 +1,805 @@
+#include "client/ccctl/doctor_judge.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace ccl::ctl::doctor {
+
+std::vector<std::vector<std::pair<int, int>>> RoundRobin(int n) {
+  std::vector<std::vector<std::pair<int, int>>> rounds;
+  if (n < 2) return rounds;
+  // An odd count gets a phantom member; whoever meets it sits out.
+  const int m = n % 2 == 0 ? n : n + 1;
+  // Member m-1 stays put; the others turn around it one place per round.
+  for (int round = 0; round < m - 1; ++round) {
+    std::vector<std::pair<int, int>> pairs;
+    auto add = [&](int a, int b) {
+      if (a >= n || b >= n) return;
+      pairs.emplace_back(std::min(a, b), std::max(a, b));
+    };
+    add(m - 1, round);
+    for (int k = 1; k < m / 2; ++k) {
+      add((round + k) % (m - 1), (round - k + m - 1) % (m - 1));
+    }
+    std::sort(pairs.begin(), pairs.end());
+    rounds.push_back(std::move(pairs));
+  }
+  return rounds;
+}
+
+const char* BlameName(Blame blame) {
+  switch (blame) {
+    case Blame::kRank:
+      return "rank";
+    case Blame::kLink:
+      return "link";
+    case Blame::kHost:
+      return "host";
+    case Blame::kCluster:
+      return "cluster";
+  }
+  return "rank";
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(values.begin(), values.begin() + mid);
+  return (lower + upper) / 2;
+}
+
+double RobustSigma(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  const double median = Median(values);
+  std::vector<double> deviations;
+  deviations.reserve(values.size());
+  for (double v : values) deviations.push_back(std::fabs(v - median));
+  return 1.4826 * Median(std::move(deviations));
+}
+
+std::vector<Skew> MeasureSkew(const std::vector<Rank>& ranks,
+                              const std::vector<CollectiveTimes>& ops) {
+  std::vector<std::vector<double>> lateness(ranks.size()), times(ranks.size());
+  for (const CollectiveTimes& op : ops) {
+    if (op.device_us.size() != ranks.size()) continue;
+    const double longest =
+        *std::max_element(op.device_us.begin(), op.device_us.end());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      lateness[i].push_back(longest - op.device_us[i]);
+      times[i].push_back(op.device_us[i]);
+    }
+  }
+  std::vector<Skew> skew;
+  if (ops.empty()) return skew;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    skew.push_back(
+        {ranks[i].rank, Median(lateness[i]), Median(std::move(times[i]))});
+  }
+  return skew;
+}
+
+namespace {
+
+// One metric's cells as "goodness" (higher is better: a bandwidth, the
+// inverse of a latency, a ratio to the baseline), by member index.
+struct Sample {
+  int src = 0;
+  int dst = 0;
+  double good = 0;
+};
+
+struct Metric {
+  std::string name;
+  // Slow when good < reference * (1 - tolerance).
+  double tolerance = 0;
+  // The figure a person reads, from a goodness: GB/s, us, a ratio.
+  double (*shown)(double good) = nullptr;
+  std::string unit;
+};
+
+// A rank's figure in a class: the upper quartile of its cells (the best of
+// few). A rank slow with every peer is slow even there, while one slow link,
+// or a slow peer, leaves it alone: those are the links' to answer.
+double UpperQuartile(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t rank = (3 * values.size() + 3) / 4;  // ceil(0.75 n), >= 1
+  return values[std::min(rank, values.size()) - 1];
+}
+
+// The ordinary spread of a class's cells on a log scale (bandwidths and
+// latencies vary by factors, not by amounts): a robust standard deviation
+// from the cells above the median alone. A fault only pulls figures down,
+// so the upper half is the clean one, and the slow figures do not widen the
+// very yardstick that should catch them. An estimate from m figures is
+// itself off by about 1 / sqrt(m) of it, one way or the other: the
+// yardstick is its upper bound, so a few lucky cells do not make it short.
+double LogSpread(const std::vector<double>& values) {
+  const double median = Median(values);
+  if (median <= 0) return 0;
+  std::vector<double> above;
+  for (double v : values) {
+    if (v >= median) above.push_back(std::log(v / median));
+  }
+  if (above.empty()) return 0;
+  const double m = static_cast<double>(above.size());
+  return 1.4826 * Median(std::move(above)) * (1 + 0.3 / std::sqrt(m));
+}
+
+// Many figures are judged at once (a matrix of n (n - 1)), so the yardstick
+// grows with their number: at least `sigmas`, and enough that a healthy
+// group of normal spread names nothing in about 99 runs of 100 however
+// large. A run judges about ten such families (ranks and links, by
+// bandwidth and latency, within and between hosts): each gets 0.001, shared
+// by its figures (a Bonferroni bound: 4.3 deviations for 8 ranks' 56 cells,
+// 6 for 1,024 ranks').
+double DeviationsFor(size_t figures, double sigmas) {
+  if (figures == 0) return sigmas;
+  // The upper normal quantile of 0.001 / figures (Abramowitz and Stegun
+  // 26.2.23, within 4.5e-4).
+  const double p = 0.001 / static_cast<double>(figures);
+  const double t = std::sqrt(-2 * std::log(p));
+  const double z =
+      t - (2.515517 + 0.802853 * t + 0.010328 * t * t) /
+              (1 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t * t * t);
+  return std::max(sigmas, z);
+}
+
+// Whether a figure is far below the median of `values`: below it by more
+// than the tolerance, and by more than DeviationsFor(values) times the
+// class's `log_spread`.
+class SlowTest {
+ public:
+  SlowTest(const std::vector<double>& values, double log_spread,
+           double tolerance, double sigmas)
+      : reference_(Median(values)), floor_(reference_ * (1 - tolerance)) {
+    if (reference_ <= 0) return;
+    log_limit_ = std::log(reference_) -
+                 DeviationsFor(values.size(), sigmas) * log_spread;
+  }
+  double reference() const { return reference_; }
+  bool operator()(double good) const {
+    return good > 0 && good < floor_ && std::log(good) < log_limit_;
+  }
+
+ private:
+  double reference_;
+  double floor_;
+  double log_limit_ = 0;
+};
+
+double Identity(double good) { return good; }
+double Inverse(double good) { return good > 0 ? 1 / good : 0; }
+
+std::string Shown(const Metric& metric, double good) {
+  return absl::StrFormat("%.3g%s", metric.shown(good), metric.unit);
+}
+
+class Judgement {
+ public:
+  Judgement(const std::vector<Rank>& ranks, const Thresholds& thresholds)
+      : ranks_(ranks), thresholds_(thresholds) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      index_of_[ranks[i].rank] = static_cast<int>(i);
+    }
+  }
+
+  int IndexOf(int rank) const {
+    auto it = index_of_.find(rank);
+    return it == index_of_.end() ? -1 : it->second;
+  }
+  bool SameHost(int a, int b) const { return ranks_[a].host == ranks_[b].host; }
+  std::vector<Finding>& findings() { return findings_; }
+
+  // Pairs that failed or moved wrong bytes. A rank most of whose pairs
+  // broke is the culprit; otherwise each broken pair is a link of its own.
+  // Returns the member indices blamed, whose other cells say nothing.
+  std::set<int> JudgeBroken(const std::vector<Cell>& cells) {
+    std::vector<int> broken(ranks_.size(), 0), total(ranks_.size(), 0);
+    for (const Cell& cell : cells) {
+      const int s = IndexOf(cell.src), d = IndexOf(cell.dst);
+      if (s < 0 || d < 0) continue;
+      ++total[s];
+      ++total[d];
+      if (cell.broken()) {
+        ++broken[s];
+        ++broken[d];
+      }
+    }
+    std::set<int> blamed;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      // With two ranks every failure touches both: no rank stands out.
+      if (ranks_.size() > 2 && broken[i] >= 2 && 2 * broken[i] > total[i]) {
+        blamed.insert(static_cast<int>(i));
+      }
+    }
+    for (int i : FoldIntoHosts(blamed, "errors", [](int) { return 0.0; })) {
+      Finding finding;
+      finding.blame = Blame::kRank;
+      finding.ranks = {ranks_[i].rank};
+      finding.host = ranks_[i].host;
+      finding.metric = "errors";
+      finding.direction = "both";
+      finding.value = broken[i];
+      finding.reference = total[i];
+      finding.score = 0;
+      finding.evidence = absl::StrCat(
+          broken[i], " of its ", total[i],
+          " directed pairs failed: ", FirstError(cells, ranks_[i].rank));
+      finding.next_step = absl::StrCat(
+          "look at rank ", ranks_[i].rank,
+          "'s worker log and `ccctl debug ops`"
+          " for the failure; a rank every pair fails with is broken itself");
+      findings_.push_back(std::move(finding));
+    }
+    std::map<std::pair<int, int>, std::vector<const Cell*>> links;
+    for (const Cell& cell : cells) {
+      const int s = IndexOf(cell.src), d = IndexOf(cell.dst);
+      if (!cell.broken() || s < 0 || d < 0 || blamed.count(s) ||
+          blamed.count(d)) {
+        continue;
+      }
+      links[{std::min(cell.src, cell.dst), std::max(cell.src, cell.dst)}]
+          .push_back(&cell);
+    }
+    for (const auto& [pair, broken_cells] : links) {
+      Finding finding;
+      finding.blame = Blame::kLink;
+      finding.ranks = {broken_cells[0]->src, broken_cells[0]->dst};
+      finding.metric = "errors";
+      finding.value = static_cast<double>(broken_cells.size());
+      finding.reference = 2;
+      finding.score = 0;
+      const Cell& first = *broken_cells[0];
+      finding.evidence =
+          first.wrong > 0
+              ? absl::StrCat(first.src, " -> ", first.dst, " delivered ",
+                             first.wrong, " wrong elements")
+              : absl::StrCat(first.src, " -> ", first.dst,
+                             " failed: ", first.error);
+      finding.next_step = absl::StrCat(
+          "run `ccctl bench sendrecv -c 1` between ranks ", pair.first, " and ",
+          pair.second, " (a group of the two) to see it again");
+      findings_.push_back(std::move(finding));
+    }
+    return blamed;
+  }
+
+  // Ranks (per direction) and then links whose figure is far below their
+  // comparable peers'. `excluded`: member indices already blamed.
+  void JudgeSpeed(const Metric& metric, const std::vector<Sample>& samples,
+                  std::set<int> excluded) {
+    // Per class (false: between hosts, true: within a host).
+    std::map<bool, std::vector<const Sample*>> by_class;
+    for (const Sample& sample : samples) {
+      if (excluded.count(sample.src) || excluded.count(sample.dst)) continue;
+      by_class[SameHost(sample.src, sample.dst)].push_back(&sample);
+    }
+    // Member index -> (class -> flagged directions, worst score).
+    struct Flag {
+      bool send = false, recv = false;
+      double score = 1, value = 0, reference = 0;
+      std::set<bool> classes;
+    };
+    std::map<int, Flag> flagged;
+    for (const auto& [within, class_samples] : by_class) {
+      if (class_samples.size() < 3) continue;  // nothing to compare with
+      std::vector<std::vector<double>> sent(ranks_.size()),
+          received(ranks_.size());
+      for (const Sample* s : class_samples) {
+        sent[s->src].push_back(s->good);
+        received[s->dst].push_back(s->good);
+      }
+      std::vector<double> send_score(ranks_.size(), -1),
+          recv_score(ranks_.size(), -1), scores;
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        // One peer in a class (the other rank of a two-rank host) cannot
+        // tell the rank from its peer: such a pair is the links' to judge.
+        if (sent[i].size() >= 2) {
+          send_score[i] = UpperQuartile(sent[i]);
+          scores.push_back(send_score[i]);
+        }
+        if (received[i].size() >= 2) {
+          recv_score[i] = UpperQuartile(received[i]);
+          scores.push_back(recv_score[i]);
+        }
+      }
+      const SlowTest slow(scores, LogSpread(scores), metric.tolerance,
+                          thresholds_.sigmas);
+      const double reference = slow.reference();
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        const bool send = slow(send_score[i]), recv = slow(recv_score[i]);
+        if (!send && !recv) continue;
+        Flag& flag = flagged[static_cast<int>(i)];
+        flag.send = flag.send || send;
+        flag.recv = flag.recv || recv;
+        flag.classes.insert(within);
+        const double worst = send && recv
+                                 ? std::min(send_score[i], recv_score[i])
+                                 : (send ? send_score[i] : recv_score[i]);
+        if (reference > 0 && worst / reference < flag.score) {
+          flag.score = worst / reference;
+          flag.value = worst;
+          flag.reference = reference;
+        }
+      }
+    }
+    std::set<int> blamed;
+    for (const auto& [i, flag] : flagged) blamed.insert(i);
+    const std::set<int> as_ranks = FoldIntoHosts(
+        blamed, metric.name, [&](int i) { return flagged[i].score; });
+    for (int i : as_ranks) {
+      const Flag& flag = flagged[i];
+      Finding finding;
+      finding.blame = Blame::kRank;
+      finding.ranks = {ranks_[i].rank};
+      finding.host = ranks_[i].host;
+      finding.metric = metric.name;
+      finding.direction = flag.send && flag.recv ? "both"
+                          : flag.send            ? "send"
+                                                 : "recv";
+      finding.value = metric.shown(flag.value);
+      finding.reference = metric.shown(flag.reference);
+      finding.score = flag.score;
+      const std::string where = flag.classes.size() == 2 ? "to every peer"
+                                : *flag.classes.begin()  ? "within its host"
+                                                         : "to other hosts";
+      finding.evidence =
+          absl::StrCat("its ", metric.name, " ",
+                       finding.direction == "both"   ? "sending and receiving"
+                       : finding.direction == "send" ? "sending"
+                                                     : "receiving",
+                       " ", where, " is at best ", Shown(metric, flag.value),
+                       " (upper quartile) against ",
+                       Shown(metric, flag.reference), " for its peers");
+      finding.next_step =
+          finding.direction == "send"
+              ? absl::StrCat("rank ", ranks_[i].rank,
+                             " is slow only as a sender: check its outgoing "
+                             "path (a rate limit, a down-trained link)")
+              : absl::StrCat(
+                    "rank ", ranks_[i].rank, " on ", ranks_[i].host,
+                    " is slow with every peer: check its device, its CPU "
+                    "share and its network link, then re-run the doctor");
+      findings_.push_back(std::move(finding));
+    }
+    // Links: what is slow between ranks that are otherwise fine.
+    for (int i : blamed) excluded.insert(i);
+    std::map<std::pair<int, int>, std::vector<std::pair<const Sample*, double>>>
+        slow_links;
+    for (const auto& [within, class_samples] : by_class) {
+      std::vector<double> goods;
+      std::vector<const Sample*> kept;
+      for (const Sample* s : class_samples) {
+        if (excluded.count(s->src) || excluded.count(s->dst)) continue;
+        goods.push_back(s->good);
+        kept.push_back(s);
+      }
+      if (goods.size() < 3) continue;
+      const SlowTest slow(goods, LogSpread(goods), metric.tolerance,
+                          thresholds_.sigmas);
+      const double reference = slow.reference();
+      for (const Sample* s : kept) {
+        if (slow(s->good)) {
+          slow_links[{std::min(s->src, s->dst), std::max(s->src, s->dst)}]
+              .emplace_back(s, reference);
+        }
+      }
+    }
+    for (auto& [pair, slow] : slow_links) {
+      std::sort(slow.begin(), slow.end(), [](const auto& a, const auto& b) {
+        return a.first->good / a.second < b.first->good / b.second;
+      });
+      const Sample& worst = *slow[0].first;
+      const double reference = slow[0].second;
+      Finding finding;
+      finding.blame = Blame::kLink;
+      finding.ranks = {ranks_[worst.src].rank, ranks_[worst.dst].rank};
+      finding.host = SameHost(worst.src, worst.dst)
+                         ? ranks_[worst.src].host
+                         : absl::StrCat(ranks_[worst.src].host, " - ",
+                                        ranks_[worst.dst].host);
+      finding.metric = metric.name;
+      finding.value = metric.shown(worst.good);
+      finding.reference = metric.shown(reference);
+      finding.score = reference > 0 ? worst.good / reference : 0;
+      finding.evidence =
+          absl::StrCat(finding.ranks[0], " -> ", finding.ranks[1], " ",
+                       metric.name, " ", Shown(metric, worst.good), " against ",
+                       Shown(metric, reference), " for comparable links",
+                       slow.size() == 2 ? " (both directions slow)"
+                                        : " (the other direction is normal)");
+      finding.next_step = absl::StrCat(
+          "both ranks are fine with other peers: check the path between "
+          "them (",
+          finding.host,
+          "); re-run `ccctl doctor` on a group of the two to confirm");
+      findings_.push_back(std::move(finding));
+    }
+  }
+
+  // Late arrivals in the collectives: a rank the others wait for.
+  void JudgeArrival(const std::vector<Skew>& skew) {
+    if (skew.size() < 3) return;
+    std::vector<double> lateness, times;
+    for (const Skew& s : skew) {
+      lateness.push_back(s.median_lateness_us);
+      times.push_back(s.median_time_us + s.median_lateness_us);
+    }
+    const double reference = Median(lateness);
+    const double sigma = RobustSigma(lateness);
+    const double op_time = Median(times);
+    for (size_t i = 0; i < skew.size(); ++i) {
+      const double late = skew[i].median_lateness_us;
+      if (late <= thresholds_.arrival_share * op_time ||
+          late <= reference + thresholds_.sigmas * sigma) {
+        continue;
+      }
+      Finding finding;
+      finding.blame = Blame::kRank;
+      finding.ranks = {skew[i].rank};
+      finding.host = ranks_[i].host;
+      finding.metric = "arrival";
+      finding.value = late;
+      finding.reference = reference;
+      finding.score = op_time > 0 ? std::max(0.0, 1 - late / op_time) : 0;
+      finding.evidence = absl::StrFormat(
+          "it starts each all_reduce %.0f us after the first rank (median; "
+          "the others %.0f us), so the others spend %.0f%% of the op waiting "
+          "for it",
+          late, reference, op_time > 0 ? 100 * late / op_time : 0);
+      finding.next_step = absl::StrCat(
+          "rank ", skew[i].rank,
+          " is slow to arrive, not slow to move data: check its host's load "
+          "and its CPU quota, and its queue in `ccctl debug ops`");
+      findings_.push_back(std::move(finding));
+    }
+  }
+
+ private:
+  // Hosts of two or more ranks all of which are `blamed` become one host
+  // finding each; returns the rest, to be reported as ranks.
+  // A host's score is its worst rank's.
+  std::set<int> FoldIntoHosts(const std::set<int>& blamed,
+                              const std::string& metric,
+                              const std::function<double(int)>& score_of) {
+    std::map<std::string, std::vector<int>> by_host;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      by_host[ranks_[i].host].push_back(static_cast<int>(i));
+    }
+    if (by_host.size() < 2) return blamed;
+    std::set<int> rest = blamed;
+    for (const auto& [host, members] : by_host) {
+      if (members.size() < 2 ||
+          !std::all_of(members.begin(), members.end(),
+                       [&](int i) { return blamed.count(i) > 0; })) {
+        continue;
+      }
+      Finding finding;
+      finding.blame = Blame::kHost;
+      finding.host = host;
+      for (int i : members) {
+        finding.ranks.push_back(ranks_[i].rank);
+        rest.erase(i);
+      }
+      finding.metric = metric;
+      finding.score = 1;
+      for (int i : members)
+        finding.score = std::min(finding.score, score_of(i));
+      finding.evidence = absl::StrCat("every rank of host ", host, " (",
+                                      absl::StrJoin(finding.ranks, ", "),
+                                      ") is slow by ", metric);
+      finding.next_step = absl::StrCat(
+          "the fault is the host's, not one device's: check ", host,
+          "'s network (NIC, cable, switch port, traffic shaping) and load");
+      findings_.push_back(std::move(finding));
+    }
+    return rest;
+  }
+
+  static std::string FirstError(const std::vector<Cell>& cells, int rank) {
+    for (const Cell& cell : cells) {
+      if ((cell.src == rank || cell.dst == rank) && cell.broken()) {
+        return cell.wrong > 0
+                   ? absl::StrCat(cell.src, " -> ", cell.dst, ": ", cell.wrong,
+                                  " wrong elements")
+                   : absl::StrCat(cell.src, " -> ", cell.dst, ": ", cell.error);
+      }
+    }
+    return "";
+  }
+
+  const std::vector<Rank>& ranks_;
+  const Thresholds& thresholds_;
+  std::map<int, int> index_of_;
+  std::vector<Finding> findings_;
+};
+
+// One finding per blamed thing, worst first; what a blamed host explains
+// (its ranks' findings) and what a blamed rank or host explains (links with
+// one end there) are not named again but add their evidence to it.
+std::vector<Finding> Consolidate(std::vector<Finding> findings) {
+  std::stable_sort(
+      findings.begin(), findings.end(),
+      [](const Finding& a, const Finding& b) { return a.score < b.score; });
+  const size_t none = findings.size();
+  // The first host finding of each rank, and the first rank finding.
+  std::map<int, size_t> host_of, rank_of;
+  std::map<std::string, size_t> first_host;
+  std::map<std::vector<int>, size_t> first_link;
+  size_t first_cluster = none;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const Finding& f = findings[i];
+    if (f.blame == Blame::kHost) {
+      first_host.emplace(f.host, i);
+      for (int r : f.ranks) host_of.emplace(r, first_host[f.host]);
+    } else if (f.blame == Blame::kRank) {
+      rank_of.emplace(f.ranks[0], i);
+    } else if (f.blame == Blame::kLink) {
+      first_link.emplace(std::vector<int>{std::min(f.ranks[0], f.ranks[1]),
+                                          std::max(f.ranks[0], f.ranks[1])},
+                         i);
+    } else if (first_cluster == none) {
+      first_cluster = i;
+    }
+  }
+  auto explainer = [&](int rank) {
+    if (auto it = host_of.find(rank); it != host_of.end()) return it->second;
+    if (auto it = rank_of.find(rank); it != rank_of.end()) return it->second;
+    return none;
+  };
+  auto owner = [&](size_t i) -> size_t {
+    const Finding& f = findings[i];
+    switch (f.blame) {
+      case Blame::kHost:
+        return first_host[f.host];
+      case Blame::kRank:
+        return explainer(f.ranks[0]);
+      case Blame::kLink:
+        for (int end : f.ranks) {
+          if (size_t o = explainer(end); o != none) return o;
+        }
+        return first_link[{std::min(f.ranks[0], f.ranks[1]),
+                           std::max(f.ranks[0], f.ranks[1])}];
+      case Blame::kCluster:
+        return first_cluster;
+    }
+    return i;
+  };
+  std::vector<Finding> out;
+  std::map<size_t, size_t> placed;  // owner -> index in out
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const size_t o = owner(i);
+    auto [it, inserted] = placed.emplace(o, out.size());
+    if (inserted) out.push_back(findings[o]);
+    if (i == o) continue;
+    Finding& kept = out[it->second];
+    const Finding& f = findings[i];
+    kept.score = std::min(kept.score, f.score);
+    if (kept.blame == f.blame && !f.direction.empty() &&
+        f.direction != kept.direction) {
+      kept.direction = "both";
+    }
+    absl::StrAppend(&kept.evidence, "; also by ", f.metric, ": ", f.evidence);
+  }
+  return out;
+}
+
+}  // namespace
+
+Verdict Judge(const std::vector<Rank>& ranks, const std::vector<Cell>& cells,
+              const std::vector<CollectiveTimes>& collective_runs,
+              const Thresholds& thresholds, const std::vector<Cell>* baseline) {
+  Verdict verdict;
+  Judgement judgement(ranks, thresholds);
+  const std::set<int> broken = judgement.JudgeBroken(cells);
+
+  auto samples_of = [&](auto goodness) {
+    std::vector<Sample> samples;
+    for (const Cell& cell : cells) {
+      const int s = judgement.IndexOf(cell.src),
+                d = judgement.IndexOf(cell.dst);
+      if (s < 0 || d < 0 || cell.broken()) continue;
+      const double good = goodness(cell);
+      if (good > 0) samples.push_back({s, d, good});
+    }
+    return samples;
+  };
+  const Metric bandwidth{"bandwidth", thresholds.bandwidth_tolerance, Identity,
+                         " GB/s"};
+  // A latency (1 + t) times its reference is an inverse 1 / (1 + t) of it.
+  const Metric latency{"latency", 1 - 1 / (1 + thresholds.latency_tolerance),
+                       Inverse, " us"};
+  if (baseline == nullptr) {
+    judgement.JudgeSpeed(
+        bandwidth, samples_of([](const Cell& c) { return c.bandwidth_gbps; }),
+        broken);
+    judgement.JudgeSpeed(latency, samples_of([](const Cell& c) {
+                           return c.latency_us > 0 ? 1 / c.latency_us : 0;
+                         }),
+                         broken);
+  } else {
+    // Each cell against its saved self: the ratio (bandwidth now over then,
+    // latency then over now) is the figure, judged against the other
+    // cells' ratios and against 1.
+    std::map<std::pair<int, int>, const Cell*> saved;
+    for (const Cell& cell : *baseline) saved[{cell.src, cell.dst}] = &cell;
+    auto ratio = [&](const Cell& cell) {
+      auto it = saved.find({cell.src, cell.dst});
+      if (it == saved.end() || it->second->broken()) return 0.0;
+      const Cell& then = *it->second;
+      double bw = then.bandwidth_gbps > 0 && cell.bandwidth_gbps > 0
+                      ? cell.bandwidth_gbps / then.bandwidth_gbps
+                      : 0;
+      double lat = then.latency_us > 0 && cell.latency_us > 0
+                       ? then.latency_us / cell.latency_us
+                       : 0;
+      if (bw > 0 && lat > 0) return std::min(bw, lat);
+      return std::max(bw, lat);
+    };
+    const Metric against{"baseline", thresholds.baseline_tolerance, Identity,
+                         "x"};
+    const std::vector<Sample> samples = samples_of(ratio);
+    judgement.JudgeSpeed(against, samples, broken);
+    std::vector<double> ratios;
+    for (const Sample& s : samples) ratios.push_back(s.good);
+    const double overall = Median(ratios);
+    if (ratios.size() < 3) {
+      // Too few cells to compare with each other (two ranks): each against
+      // its saved self alone.
+      for (const Sample& s : samples) {
+        if (s.good >= 1 - thresholds.baseline_tolerance) continue;
+        Finding finding;
+        finding.blame = Blame::kLink;
+        finding.ranks = {ranks[s.src].rank, ranks[s.dst].rank};
+        finding.metric = "baseline";
+        finding.value = s.good;
+        finding.reference = 1;
+        finding.score = s.good;
+        finding.evidence =
+            absl::StrFormat("%d -> %d runs at %.2fx its baseline",
+                            ranks[s.src].rank, ranks[s.dst].rank, s.good);
+        finding.next_step = "compare with a fresh baseline of healthy ranks";
+        judgement.findings().push_back(std::move(finding));
+      }
+    } else if (overall < 1 - thresholds.baseline_tolerance) {
+      Finding finding;
+      finding.blame = Blame::kCluster;
+      finding.metric = "baseline";
+      finding.value = overall;
+      finding.reference = 1;
+      finding.score = overall;
+      finding.evidence = absl::StrFormat(
+          "the median link runs at %.2fx its baseline: the whole group is "
+          "slower, no one rank or link",
+          overall);
+      finding.next_step =
+          "something common changed since the baseline: software, settings "
+          "(NCCL_* variables), the network as a whole, or the load";
+      judgement.findings().push_back(std::move(finding));
+    }
+  }
+  verdict.skew = MeasureSkew(ranks, collective_runs);
+  judgement.JudgeArrival(verdict.skew);
+
+  verdict.findings = Consolidate(std::move(judgement.findings()));
+
+  // References a person can compare a cell with.
+  std::vector<double> bw[2], lat[2];
+  for (const Cell& cell : cells) {
+    const int s = judgement.IndexOf(cell.src), d = judgement.IndexOf(cell.dst);
+    if (s < 0 || d < 0 || cell.broken()) continue;
+    const int within = judgement.SameHost(s, d) ? 1 : 0;
+    if (cell.bandwidth_gbps > 0) bw[within].push_back(cell.bandwidth_gbps);
+    if (cell.latency_us > 0) lat[within].push_back(cell.latency_us);
+  }
+  if (!bw[1].empty()) verdict.intra_host_bandwidth_gbps = Median(bw[1]);
+  if (!bw[0].empty()) verdict.inter_host_bandwidth_gbps = Median(bw[0]);
+  if (!lat[1].empty()) verdict.intra_host_latency_us = Median(lat[1]);
+  if (!lat[0].empty()) verdict.inter_host_latency_us = Median(lat[0]);
+  return verdict;
+}
+
+std::vector<std::pair<int, int>> SuspectPairs(const Verdict& verdict,
+                                              const std::vector<Rank>& ranks) {
+  std::set<std::pair<int, int>> pairs;
+  auto add = [&](int a, int b) {
+    if (a != b) pairs.insert({std::min(a, b), std::max(a, b)});
+  };
+  std::map<int, std::string> host_of;
+  for (const Rank& r : ranks) host_of[r.rank] = r.host;
+  for (const Finding& f : verdict.findings) {
+    if (f.metric == "errors" || f.metric == "arrival") continue;
+    switch (f.blame) {
+      case Blame::kRank:
+        for (const Rank& peer : ranks) add(f.ranks[0], peer.rank);
+        break;
+      case Blame::kLink:
+        add(f.ranks[0], f.ranks[1]);
+        break;
+      case Blame::kHost:
+        for (int member : f.ranks) {
+          for (const Rank& peer : ranks) {
+            if (peer.host != f.host) add(member, peer.rank);
+          }
+        }
+        break;
+      case Blame::kCluster:
+        break;
+    }
+  }
+  return {pairs.begin(), pairs.end()};
+}
+
+std::vector<std::vector<std::pair<int, int>>> InRounds(
+    const std::vector<std::pair<int, int>>& pairs) {
+  std::vector<std::vector<std::pair<int, int>>> rounds;
+  std::vector<std::set<int>> busy;
+  for (const auto& pair : pairs) {
+    size_t round = 0;
+    while (round < rounds.size() &&
+           (busy[round].count(pair.first) || busy[round].count(pair.second))) {
+      ++round;
+    }
+    if (round == rounds.size()) {
+      rounds.emplace_back();
+      busy.emplace_back();
+    }
+    rounds[round].push_back(pair);
+    busy[round].insert(pair.first);
+    busy[round].insert(pair.second);
+  }
+  return rounds;
+}
+
+Verdict Confirmed(const Verdict& first, Verdict second,
+                  const std::vector<Rank>& ranks) {
+  const auto suspected = SuspectPairs(first, ranks);
+  const std::set<std::pair<int, int>> before(suspected.begin(),
+                                             suspected.end());
+  std::vector<Finding> kept;
+  for (Finding& finding : second.findings) {
+    Verdict alone;
+    alone.findings.push_back(finding);
+    const auto pairs = SuspectPairs(alone, ranks);
+    if (std::all_of(pairs.begin(), pairs.end(),
+                    [&](const auto& p) { return before.count(p) > 0; })) {
+      kept.push_back(std::move(finding));
+    }
+  }
+  second.findings = std::move(kept);
+  return second;
+}
+
+void KeepBest(std::vector<Cell>& cells, const std::vector<Cell>& again) {
+  std::map<std::pair<int, int>, const Cell*> measured;
+  for (const Cell& cell : again) measured[{cell.src, cell.dst}] = &cell;
+  for (Cell& cell : cells) {
+    auto it = measured.find({cell.src, cell.dst});
+    if (it == measured.end() || cell.broken()) continue;
+    const Cell& other = *it->second;
+    if (other.broken()) {
+      // Broken the second time: that is the finding now.
+      cell.error = other.error;
+      cell.wrong = other.wrong;
+      continue;
+    }
+    cell.bandwidth_gbps = std::max(cell.bandwidth_gbps, other.bandwidth_gbps);
+    if (other.latency_us > 0) {
+      cell.latency_us = cell.latency_us > 0
+                            ? std::min(cell.latency_us, other.latency_us)
+                            : other.latency_us;
+    }
+  }
+}
+
+}  // namespace ccl::ctl::doctor

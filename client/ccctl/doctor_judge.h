@@ -1,0 +1,142 @@
+// ccctl doctor's reasoning, without a cluster: which pairs meet in which
+// round, and, from the measured point-to-point matrix and the collective
+// skew, which rank, link or host is to blame. Plain logic over numbers, so
+// the finder is tested on planted faults in unit tests as well as on a live
+// cluster.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ccl::ctl::doctor {
+
+// A disjoint pairing of the members per round, every unordered pair exactly
+// once over n-1 rounds (n even) or n rounds (n odd: one member sits each
+// round out): the circle method. Pairs hold member indices, lower first.
+std::vector<std::vector<std::pair<int, int>>> RoundRobin(int n);
+
+// One rank of the checked group: its world rank and the host it is on (the
+// worker's host id, else its host name). Links within a host are judged
+// against links within hosts, links between hosts against those.
+struct Rank {
+  int rank = 0;
+  std::string host;
+};
+
+// One direction of one pair: `src` sent to `dst` (world ranks). A cell that
+// could not be measured carries the error; `wrong` counts elements the
+// on-device check found wrong.
+struct Cell {
+  int src = 0;
+  int dst = 0;
+  double bandwidth_gbps = 0;  // at the large size; 0 when not measured
+  double latency_us = 0;      // at the small size; 0 when not measured
+  int64_t wrong = 0;
+  std::string error;
+  bool broken() const { return !error.empty() || wrong > 0; }
+};
+
+// What a finding blames.
+enum class Blame { kRank, kLink, kHost, kCluster };
+const char* BlameName(Blame blame);
+
+struct Finding {
+  Blame blame = Blame::kRank;
+  // kRank: the rank; kLink: the two ranks (the slower direction first);
+  // kHost: its ranks; kCluster: empty.
+  std::vector<int> ranks;
+  std::string host;  // kHost, and the host of a rank or of a link's ends
+  // "bandwidth", "latency", "errors", "arrival" or "baseline".
+  std::string metric;
+  // kRank: "send", "recv" or "both"; empty otherwise.
+  std::string direction;
+  // The blamed thing's typical figure and the comparable reference, in the
+  // metric's unit (GB/s, us; for "baseline", the ratio to the baseline).
+  double value = 0;
+  double reference = 0;
+  // How far from normal, 1 = normal, below 1 worse (bandwidth over
+  // reference, reference latency over latency); findings sort on it.
+  double score = 1;
+  std::string evidence;
+  std::string next_step;
+};
+
+struct Thresholds {
+  // A bandwidth at most (1 - this) of its reference is slow...
+  double bandwidth_tolerance = 0.3;
+  // ...a latency at least (1 + this) of its reference is slow...
+  double latency_tolerance = 1.0;
+  // ...and in both cases also further from the reference than this many
+  // robust standard deviations (1.4826 MAD, on a log scale) of the
+  // comparable figures, so a noisy cluster does not accuse its ordinary
+  // spread.
+  double sigmas = 3.0;
+  // Against a baseline: a cell this much below its saved self.
+  double baseline_tolerance = 0.2;
+  // A rank whose median lateness in the all_reduces exceeds this share of
+  // the collective's median time arrives late.
+  double arrival_share = 0.25;
+};
+
+// Per-rank times of one collective run on every rank, as the workers time
+// them (device_us: from the rank's start of the op to its end). Everyone
+// ends together, so a rank that started late spent the least time in it;
+// ranks' lateness is told from these durations, not from clocks that may
+// disagree across hosts.
+struct CollectiveTimes {
+  std::vector<double> device_us;  // indexed as the ranks
+};
+
+struct Skew {
+  int rank = 0;
+  double median_lateness_us = 0;  // after the earliest rank, per op
+  double median_time_us = 0;      // its own time in the op
+};
+std::vector<Skew> MeasureSkew(const std::vector<Rank>& ranks,
+                              const std::vector<CollectiveTimes>& ops);
+
+struct Verdict {
+  std::vector<Finding> findings;  // worst first
+  // The references the cells were judged against, per link class.
+  std::optional<double> intra_host_bandwidth_gbps, inter_host_bandwidth_gbps;
+  std::optional<double> intra_host_latency_us, inter_host_latency_us;
+  std::vector<Skew> skew;
+};
+
+// Judges the matrix (and the skew, if measured). With `baseline` (the
+// cells of a saved run of the same ranks), each cell is judged by its ratio
+// to its saved self instead of against its peers.
+Verdict Judge(const std::vector<Rank>& ranks, const std::vector<Cell>& cells,
+              const std::vector<CollectiveTimes>& collective_runs,
+              const Thresholds& thresholds,
+              const std::vector<Cell>* baseline = nullptr);
+
+// Confirmation: a figure far from its peers once may be chance on a loaded
+// machine; measured again it is chance no longer. The pairs (world ranks,
+// lower first) whose cells the speed findings rest on: a rank's pairs with
+// every peer, a link's pair, a host's pairs with other hosts. Errors,
+// arrivals and a whole-group finding are not re-measured.
+std::vector<std::pair<int, int>> SuspectPairs(const Verdict& verdict,
+                                              const std::vector<Rank>& ranks);
+// `pairs` in rounds of disjoint pairs (greedily, in order).
+std::vector<std::vector<std::pair<int, int>>> InRounds(
+    const std::vector<std::pair<int, int>>& pairs);
+// Each cell of `cells` that `again` measured keeps the better figure of the
+// two (bandwidth the higher, latency the lower): a fault is slow both
+// times, chance is rarely slow twice.
+void KeepBest(std::vector<Cell>& cells, const std::vector<Cell>& again);
+
+// The verdict after the suspects were measured again: `second`'s findings,
+// less those on pairs `first` did not suspect (new suspects are one
+// measurement old: chance, until measured again).
+Verdict Confirmed(const Verdict& first, Verdict second,
+                  const std::vector<Rank>& ranks);
+
+// The median, and 1.4826 * the median absolute deviation (a standard
+// deviation robust to outliers); 0 for an empty list.
+double Median(std::vector<double> values);
+double RobustSigma(const std::vector<double>& values);
+
+}  // namespace ccl::ctl::doctor
