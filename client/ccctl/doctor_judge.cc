@@ -619,17 +619,18 @@ Verdict Judge(const std::vector<Rank>& ranks, const std::vector<Cell>& cells,
   // A latency (1 + t) times its reference is an inverse 1 / (1 + t) of it.
   const Metric latency{"latency", 1 - 1 / (1 + thresholds.latency_tolerance),
                        Inverse, " us"};
-  if (baseline == nullptr) {
-    judgement.JudgeSpeed(
-        bandwidth, samples_of([](const Cell& c) { return c.bandwidth_gbps; }),
-        broken);
-    judgement.JudgeSpeed(latency, samples_of([](const Cell& c) {
-                           return c.latency_us > 0 ? 1 / c.latency_us : 0;
-                         }),
-                         broken);
-  } else {
-    // Each cell against its saved self: the ratio (bandwidth now over then,
-    // latency then over now) is the figure, judged against the other
+  // Against peers always: a baseline taken on a quieter day must not hide
+  // a rank that is slow today next to its peers.
+  judgement.JudgeSpeed(
+      bandwidth, samples_of([](const Cell& c) { return c.bandwidth_gbps; }),
+      broken);
+  judgement.JudgeSpeed(latency, samples_of([](const Cell& c) {
+                         return c.latency_us > 0 ? 1 / c.latency_us : 0;
+                       }),
+                       broken);
+  if (baseline != nullptr) {
+    // Each cell against its saved self too: the ratio (bandwidth now over
+    // then, latency then over now) is the figure, judged against the other
     // cells' ratios and against 1.
     std::map<std::pair<int, int>, const Cell*> saved;
     for (const Cell& cell : *baseline) saved[{cell.src, cell.dst}] = &cell;

@@ -368,7 +368,7 @@ std::string RenderSvg(const Run& run) {
   const int n = static_cast<int>(run.ranks.size());
   const int cell = n <= 16 ? 44 : std::max(8, 700 / std::max(n, 1));
   const int left = 120, top = 90, legend = 60;
-  const int width = left + n * cell + 40;
+  const int width = std::max(900, left + n * cell + 40);
   const int height = top + n * cell + legend + 30 +
                      18 * static_cast<int>(run.verdict.findings.size());
   const auto cells = CellMap(run);
@@ -485,7 +485,7 @@ std::string RenderSvg(const Run& run) {
                   fy, ++index, BlameName(f.blame),
                   f.blame == Blame::kHost ? Escape(f.host)
                                           : absl::StrJoin(f.ranks, " <-> "),
-                  Escape(f.metric), Escape(f.evidence.substr(0, 150))));
+                  Escape(f.metric), Escape(f.evidence.substr(0, 120))));
     fy += 18;
   }
   absl::StrAppend(&svg, "</svg>\n");

@@ -50,11 +50,15 @@ def binary(name):
 class Cluster:
     def __init__(self, workers, netns, out, events=None, op_timeout=3.0,
                  heartbeat_interval_ms=250, heartbeat_timeout_ms=2000,
-                 seq_gap_timeout_ms=3000, ready_timeout=120, device="cpu"):
+                 seq_gap_timeout_ms=3000, ready_timeout=120, device="cpu",
+                 host_ids=None):
         self.out = out
         # "cpu", or "cuda:N": every worker on GPU N, each a simulated host
         # of its own (ccworker --host-id), joined by NCCL's network transport.
         self.device = device
+        # The host id each worker reports (ccworker --host-id): workers in
+        # namespaces of their own that stand for ranks of one host.
+        self.host_ids = host_ids
         os.makedirs(out, exist_ok=True)
         self.events = events or history.Writer(
             os.path.join(out, "daemons.jsonl"))
@@ -116,7 +120,8 @@ class Cluster:
                 [binary("ccworker"), "--coordinator", self.coord_address,
                  "--listen", f"{self.address(f'w{i}')}:0", "--rank", str(i),
                  "--device", self.device,
-                 *([] if self.device == "cpu"
+                 *(["--host-id", self.host_ids[i]] if self.host_ids
+                   else [] if self.device == "cpu"
                    else ["--host-id", f"simhost{i}"]),
                  "--op-timeout-ms", str(int(op_timeout * 1000)),
                  "--seq-gap-timeout-ms", str(gap), *insecure],
