@@ -206,11 +206,14 @@ Condition For(const Condition& condition, int n) {
 }
 
 TEST(DoctorJudgeTest, AHealthyClusterNamesNothing) {
-  for (auto [per_host, condition] : {std::pair{1, kQuiet},
-                                     {2, kQuiet},
-                                     {4, kQuiet},
-                                     {1, kLoaded},
-                                     {2, kLoaded}}) {
+  for (const auto& [hosts_of, loaded_or_not] : {std::pair{1, kQuiet},
+                                                {2, kQuiet},
+                                                {4, kQuiet},
+                                                {1, kLoaded},
+                                                {2, kLoaded}}) {
+    // Copies: lambdas capture no structured bindings before clang 16.
+    const int per_host = hosts_of;
+    const Condition condition = loaded_or_not;
     const Record record = Tally(
         [&](int) {
           return Cluster{8, per_host, condition.noise};
