@@ -116,23 +116,22 @@ double UpperQuartile(std::vector<double> values) {
   return values[std::min(rank, values.size()) - 1];
 }
 
-// The ordinary spread of a class's cells on a log scale (bandwidths and
-// latencies vary by factors, not by amounts): a robust standard deviation
-// from the cells above the median alone. A fault only pulls figures down,
-// so the upper half is the clean one, and the slow figures do not widen the
-// very yardstick that should catch them. An estimate from m figures is
-// itself off by about 1 / sqrt(m) of it, one way or the other: the
-// yardstick is its upper bound, so a few lucky cells do not make it short.
+// The ordinary spread of comparable figures on a log scale (bandwidths and
+// latencies vary by factors, not by amounts): 1.4826 times the median
+// absolute deviation, which neither the slow figures a fault made nor a few
+// fast ones move while they are under half. (From the upper half alone, a
+// rank that sends three times as fast as the rest widened it until a link
+// at a fifteenth of the median passed: doctor_faults.py, link run 16 of
+// seed 20261206.) An estimate from m figures is itself off by a share of
+// it: widened by 0.3 / sqrt(m), so a few lucky figures do not make it short.
 double LogSpread(const std::vector<double>& values) {
-  const double median = Median(values);
-  if (median <= 0) return 0;
-  std::vector<double> above;
+  std::vector<double> logs;
   for (double v : values) {
-    if (v >= median) above.push_back(std::log(v / median));
+    if (v > 0) logs.push_back(std::log(v));
   }
-  if (above.empty()) return 0;
-  const double m = static_cast<double>(above.size());
-  return 1.4826 * Median(std::move(above)) * (1 + 0.3 / std::sqrt(m));
+  if (logs.empty()) return 0;
+  const double m = static_cast<double>(logs.size());
+  return RobustSigma(logs) * (1 + 0.3 / std::sqrt(m));
 }
 
 // Many figures are judged at once (a matrix of n (n - 1)), so the yardstick
