@@ -105,6 +105,9 @@ struct Metric {
   // The figure a person reads, from a goodness: GB/s, us, a ratio.
   double (*shown)(double good) = nullptr;
   std::string unit;
+  // A single stall multiplies one small op's time: latencies have heavier
+  // tails than bandwidths (see LogSpread).
+  bool heavy_tailed = false;
 };
 
 // A rank's figure in a class: the upper quartile of its cells (the best of
@@ -117,21 +120,35 @@ double UpperQuartile(std::vector<double> values) {
 }
 
 // The ordinary spread of comparable figures on a log scale (bandwidths and
-// latencies vary by factors, not by amounts): 1.4826 times the median
-// absolute deviation, which neither the slow figures a fault made nor a few
-// fast ones move while they are under half. (From the upper half alone, a
-// rank that sends three times as fast as the rest widened it until a link
-// at a fifteenth of the median passed: doctor_faults.py, link run 16 of
-// seed 20261206.) An estimate from m figures is itself off by a share of
-// it: widened by 0.3 / sqrt(m), so a few lucky figures do not make it short.
-double LogSpread(const std::vector<double>& values) {
+// latencies vary by factors, not by amounts), estimated two ways: 1.4826
+// times the median absolute deviation of all of them, and of the half above
+// the median alone. Slow figures a fault made widen the first (a slow
+// rank's two figures among a 4-rank group's 8 did, until a rank at a fifth
+// of its peers passed); fast ones widen the second (a rank sending three
+// times as fast as the rest did, until a link at a fifteenth passed:
+// doctor_faults link run 16 of seed 20261206). So the narrower of the two,
+// the confirmation guarding against what chance then names; latencies, whose
+// tails are heavier (one stall multiplies a small op's time; the healthy
+// runs of doctor_faults named single 4x latency cells otherwise), take the
+// wider. An estimate from m figures is itself off by a share of it: widened
+// by 0.3 / sqrt(m), so a few lucky figures do not make it short.
+double LogSpread(const std::vector<double>& values, bool heavy_tailed) {
   std::vector<double> logs;
   for (double v : values) {
     if (v > 0) logs.push_back(std::log(v));
   }
   if (logs.empty()) return 0;
+  const double two_sided = RobustSigma(logs);
+  const double median = Median(logs);
+  std::vector<double> above;
+  for (double l : logs) {
+    if (l >= median) above.push_back(l - median);
+  }
+  const double upper = 1.4826 * Median(std::move(above));
+  const double sigma =
+      heavy_tailed ? std::max(two_sided, upper) : std::min(two_sided, upper);
   const double m = static_cast<double>(logs.size());
-  return RobustSigma(logs) * (1 + 0.3 / std::sqrt(m));
+  return sigma * (1 + 0.3 / std::sqrt(m));
 }
 
 // Many figures are judged at once (a matrix of n (n - 1)), so the yardstick
@@ -141,16 +158,38 @@ double LogSpread(const std::vector<double>& values) {
 // bandwidth and latency, within and between hosts): each gets 0.001, shared
 // by its figures (a Bonferroni bound: 4.3 deviations for 8 ranks' 56 cells,
 // 6 for 1,024 ranks').
+// The upper normal quantile of p (Abramowitz and Stegun 26.2.23, within
+// 4.5e-4), 0 < p < 0.5.
+double UpperNormalQuantile(double p) {
+  const double t = std::sqrt(-2 * std::log(p));
+  return t - (2.515517 + 0.802853 * t + 0.010328 * t * t) /
+                 (1 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t * t * t);
+}
+
 double DeviationsFor(size_t figures, double sigmas) {
   if (figures == 0) return sigmas;
-  // The upper normal quantile of 0.001 / figures (Abramowitz and Stegun
-  // 26.2.23, within 4.5e-4).
-  const double p = 0.001 / static_cast<double>(figures);
-  const double t = std::sqrt(-2 * std::log(p));
-  const double z =
-      t - (2.515517 + 0.802853 * t + 0.010328 * t * t) /
-              (1 + 1.432788 * t + 0.189269 * t * t + 0.001308 * t * t * t);
-  return std::max(sigmas, z);
+  return std::max(sigmas,
+                  UpperNormalQuantile(0.001 / static_cast<double>(figures)));
+}
+
+// Whether `mine` lie below `others` as a whole, by the Mann-Whitney rank
+// sum (normal approximation, continuity corrected) at one-sided level
+// `alpha`: how a rank slow with every peer shows when its peers' own
+// figures spread too widely for the quartile test (4 ranks on a loaded
+// machine: each healthy rank's best figure varied 2.6x while the throttled
+// one's cells sat at a fifth, all below every other).
+bool RanksBelow(const std::vector<double>& mine,
+                const std::vector<double>& others, double alpha) {
+  if (mine.size() < 3 || others.size() < 3) return false;
+  double u = 0;
+  for (double a : mine) {
+    for (double b : others) u += a > b ? 1 : (a == b ? 0.5 : 0);
+  }
+  const double n1 = static_cast<double>(mine.size());
+  const double n2 = static_cast<double>(others.size());
+  const double mean = n1 * n2 / 2;
+  const double sd = std::sqrt(n1 * n2 * (n1 + n2 + 1) / 12);
+  return (u + 0.5 - mean) / sd < -UpperNormalQuantile(alpha);
 }
 
 // Whether a figure is far below the median of `values`: below it by more
@@ -312,8 +351,8 @@ class Judgement {
           scores.push_back(recv_score[i]);
         }
       }
-      const SlowTest slow(scores, LogSpread(scores), metric.tolerance,
-                          thresholds_.sigmas);
+      const SlowTest slow(scores, LogSpread(scores, metric.heavy_tailed),
+                          metric.tolerance, thresholds_.sigmas);
       const double reference = slow.reference();
       for (size_t i = 0; i < ranks_.size(); ++i) {
         const bool send = slow(send_score[i]), recv = slow(recv_score[i]);
@@ -329,6 +368,38 @@ class Judgement {
           flag.score = worst / reference;
           flag.value = worst;
           flag.reference = reference;
+        }
+      }
+      // Slow with its peers as a whole, against the cells it is not in: at
+      // level 0.02 shared by the ranks (the confirmation guards against
+      // what chance names), in the directions below the others' median by
+      // the tolerance.
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        std::vector<double> mine, others, sends, receives;
+        for (const Sample* s : class_samples) {
+          const bool from = s->src == static_cast<int>(i);
+          const bool to = s->dst == static_cast<int>(i);
+          (from || to ? mine : others).push_back(s->good);
+          if (from) sends.push_back(s->good);
+          if (to) receives.push_back(s->good);
+        }
+        if (!RanksBelow(mine, others, 0.02 / ranks_.size())) continue;
+        const double median_others = Median(others);
+        const double floor = median_others * (1 - metric.tolerance);
+        const double send = Median(sends), recv = Median(receives);
+        const bool slow_send = send < floor, slow_recv = recv < floor;
+        if (median_others <= 0 || (!slow_send && !slow_recv)) continue;
+        Flag& flag = flagged[static_cast<int>(i)];
+        flag.send = flag.send || slow_send;
+        flag.recv = flag.recv || slow_recv;
+        flag.classes.insert(within);
+        const double typical = slow_send && slow_recv ? std::min(send, recv)
+                               : slow_send            ? send
+                                                      : recv;
+        if (typical / median_others < flag.score) {
+          flag.score = typical / median_others;
+          flag.value = typical;
+          flag.reference = median_others;
         }
       }
     }
@@ -384,8 +455,8 @@ class Judgement {
         kept.push_back(s);
       }
       if (goods.size() < 3) continue;
-      const SlowTest slow(goods, LogSpread(goods), metric.tolerance,
-                          thresholds_.sigmas);
+      const SlowTest slow(goods, LogSpread(goods, metric.heavy_tailed),
+                          metric.tolerance, thresholds_.sigmas);
       const double reference = slow.reference();
       for (const Sample* s : kept) {
         if (slow(s->good)) {
@@ -617,7 +688,7 @@ Verdict Judge(const std::vector<Rank>& ranks, const std::vector<Cell>& cells,
                          " GB/s"};
   // A latency (1 + t) times its reference is an inverse 1 / (1 + t) of it.
   const Metric latency{"latency", 1 - 1 / (1 + thresholds.latency_tolerance),
-                       Inverse, " us"};
+                       Inverse, " us", /*heavy_tailed=*/true};
   // Against peers always: a baseline taken on a quieter day must not hide
   // a rank that is slow today next to its peers.
   judgement.JudgeSpeed(

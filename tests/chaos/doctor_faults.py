@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster as clustermod  # noqa: E402
 import hosts as hostsmod  # noqa: E402
 
-RATE = "200mbit"
+RATE = "400mbit"
 CGROUP = "/sys/fs/cgroup/cpu"
 
 
