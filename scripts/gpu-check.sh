@@ -400,6 +400,63 @@ simhosts_failures() {
     "$bundle/bin/failure_nccl_test" --gtest_output="xml:$OUT/failure_nccl_test.xml"
 }
 
+# ccctl doctor on four simulated hosts of one GPU (CUDA workers, NCCL's
+# network transport): the matrix is measured and checked on the device,
+# and a worker that runs a twelfth of the time (SIGSTOP 22 ms of every
+# 24) is the rank it names first. The healthy run's verdict is kept
+# apart: the GPU is time-shared, so it says how quiet the shared GPU is.
+doctor_sizes="--size 4M -n 10 -w 2 --latency-iters 50 --skew-ops 10 --budget 150s"
+doctor_cells_ok() {  # doctor_cells_ok JSON N: every pair measured, bytes right
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+cells = doc["cells"]
+bad = [c for c in cells if c.get("error") or c["wrong"] or
+       c["bandwidth_gbps"] <= 0 or c["latency_us"] <= 0]
+print(f"{len(cells)} cells, {len(bad)} bad, healthy={doc['healthy']}, "
+      f"findings={[(f['blame'], f['ranks']) for f in doc['findings']]}")
+sys.exit(0 if len(cells) == n * (n - 1) and not bad else 1)
+PY
+}
+doctor_throttled() {  # doctor_throttled PID RANK: names RANK first
+  local pid=$1 rank=$2 rc
+  (while :; do kill -STOP "$pid"; sleep 0.022; kill -CONT "$pid"; sleep 0.002; done) &
+  local throttle=$!
+  # shellcheck disable=SC2086
+  "$ccctl" doctor $doctor_sizes -o json >"$OUT/doctor_throttled.json"
+  rc=$?
+  kill "$throttle"; wait "$throttle" 2>/dev/null; kill -CONT "$pid"
+  echo "exit status $rc"
+  python3 - "$OUT/doctor_throttled.json" "$rank" <<'PY'
+import json, sys
+findings = json.load(open(sys.argv[1]))["findings"]
+for f in findings:
+    print(f["blame"], f["ranks"], f["metric"], f["value"], f["reference"], f["evidence"])
+first = findings[0] if findings else {}
+sys.exit(0 if first.get("blame") == "rank" and first.get("ranks") == [int(sys.argv[2])] else 1)
+PY
+}
+export -f doctor_cells_ok doctor_throttled
+simhosts_doctor() {
+  export CCL_TEST_SIMULATED_HOSTS=1 ccctl doctor_sizes
+  # CCL_DOCTOR_DEVICE=cpu tries the steps without a GPU.
+  step doctor_cluster_up_4 180 "$ccctl" cluster up --workers 4 \
+    --device "${CCL_DOCTOR_DEVICE:-cuda:0}"
+  # shellcheck disable=SC2086
+  step doctor_healthy_4 240 bash -c "'$ccctl' doctor $doctor_sizes -o json \
+    --svg '$OUT/doctor_healthy.svg' >'$OUT/doctor_healthy.json'; \
+    echo exit status \$?; doctor_cells_ok '$OUT/doctor_healthy.json' 4"
+  step doctor_table_4 240 bash -c "'$ccctl' doctor $doctor_sizes; rc=\$?; \
+    echo exit status \$rc; [[ \$rc == 0 || \$rc == 3 ]]"
+  local pid
+  pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['workers'][2])" \
+    "$CCCTL_STATE_DIR/state.json")
+  step doctor_throttled_rank2_4 240 bash -c "doctor_throttled $pid 2"
+  step doctor_cluster_down_4 60 "$ccctl" cluster down
+  cp -r "$CCCTL_STATE_DIR" "$OUT/doctor-logs" 2>/dev/null || true
+}
+
 simhosts_clusters() {
   export CCL_TEST_SIMULATED_HOSTS=1
   local n op yaml
@@ -490,6 +547,7 @@ case $mode in
   simhosts1) simhosts_suites ;;
   simhosts2) simhosts_failures ;;
   simhosts3) simhosts_clusters ;;
+  simhostsdoctor) simhosts_doctor ;;
   afterfailure) after_failure_steps ;;
   samehost) CCL_TEST_SIMULATED_HOSTS=1 step same_host_refused 180 bash -c same_host_refused ;;
   python) python_steps ;;
@@ -519,7 +577,7 @@ case $mode in
       step "cluster_down$suffix" 60 "$ccctl" cluster down
       cp -r "$CCCTL_STATE_DIR" "$OUT/latency-logs$suffix" 2>/dev/null || true
     done ;;
-  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2|simhosts3|afterfailure|samehost]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|run|quick|peer|python|ours|peers|checks|cluster|latency|latency1|simhosts|simhosts1|simhosts2|simhosts3|simhostsdoctor|afterfailure|samehost]" >&2; exit 2 ;;
 esac
 report
 exit $((failures > 100 ? 100 : failures))
