@@ -32,6 +32,9 @@ struct DoctorArgs {
   int skew_ops = 20;
   std::string skew_size = "1M";
   std::string budget = "10m";
+  // --bisect: a search from a few rounds instead of the whole matrix.
+  bool bisect = false;
+  int sample_rounds = 3, partners = 4;
   doctor::Thresholds thresholds;
   std::string baseline, save_baseline, svg, prom;
   bool check = true;
@@ -165,10 +168,12 @@ int RunDoctor(Globals& globals, const DoctorArgs& args) {
     if (!s.ok()) return Fail(s, true);
   }
   if (*size < 4 || *latency_size < 4 || *skew_size < 4 || args.iters < 1 ||
-      args.latency_iters < 1 || args.warmup < 0 || args.skew_ops < 0) {
+      args.latency_iters < 1 || args.warmup < 0 || args.skew_ops < 0 ||
+      args.sample_rounds < 1 || args.partners < 1) {
     return Fail(absl::InvalidArgumentError(
-                    "sizes must be at least 4 bytes (one float32), -n and "
-                    "--latency-iters at least 1, -w and --skew-ops at least 0"),
+                    "sizes must be at least 4 bytes (one float32), -n, "
+                    "--latency-iters, --sample-rounds and --partners at least "
+                    "1, -w and --skew-ops at least 0"),
                 true);
   }
   const doctor::Thresholds& t = args.thresholds;
@@ -263,64 +268,47 @@ int RunDoctor(Globals& globals, const DoctorArgs& args) {
   }
 
   std::signal(SIGINT, OnInterrupt);
-  std::map<std::pair<int, int>, doctor::Cell> cells;
-  for (size_t i = 0; i < members.size(); ++i) {
-    for (size_t j = 0; j < members.size(); ++j) {
-      if (i == j) continue;
-      doctor::Cell& cell = cells[{members[i], members[j]}];
-      cell.src = members[i];
-      cell.dst = members[j];
+  // Both sizes over `rounds`, each directed pair's figures into one cell.
+  const doctor::MeasureFn measure = [&](const doctor::Rounds& rounds,
+                                        const std::string& label,
+                                        std::vector<doctor::Cell>& out) {
+    std::map<std::pair<int, int>, doctor::Cell> cells;
+    auto record = [&](bool bandwidth) {
+      return
+          [&, bandwidth](int src, int dst,
+                         const absl::StatusOr<double>& time_us, int64_t wrong) {
+            doctor::Cell& cell = cells[{src, dst}];
+            cell.src = src;
+            cell.dst = dst;
+            cell.wrong += wrong;
+            if (!time_us.ok()) {
+              if (cell.error.empty()) cell.error = StatusText(time_us.status());
+              return;
+            }
+            if (*time_us <= 0) return;
+            if (bandwidth) {
+              cell.bandwidth_gbps = run.bandwidth_bytes / *time_us / 1e3;
+            } else {
+              cell.latency_us = *time_us;
+            }
+          };
+    };
+    absl::Status status = MeasurePairs(
+        **client, rounds, big_in, big_out, args.iters, args.warmup, args.check,
+        /*fastest_batch=*/false, absl::StrCat(label, "bandwidth"), args.quiet,
+        give_up, record(true));
+    if (status.ok()) {
+      status =
+          MeasurePairs(**client, rounds, small_in, small_out,
+                       args.latency_iters, args.warmup, args.check,
+                       /*fastest_batch=*/true, absl::StrCat(label, "latency"),
+                       args.quiet, give_up, record(false));
     }
-  }
-  // Where measurements go: `cells`, then the confirmation's own.
-  std::map<std::pair<int, int>, doctor::Cell>* into = &cells;
-  auto record = [&](bool bandwidth) {
-    return
-        [&, bandwidth](int src, int dst, const absl::StatusOr<double>& time_us,
-                       int64_t wrong) {
-          doctor::Cell& cell = (*into)[{src, dst}];
-          cell.src = src;
-          cell.dst = dst;
-          cell.wrong += wrong;
-          if (!time_us.ok()) {
-            if (cell.error.empty()) cell.error = StatusText(time_us.status());
-            return;
-          }
-          if (*time_us <= 0) return;
-          if (bandwidth) {
-            cell.bandwidth_gbps = run.bandwidth_bytes / *time_us / 1e3;
-          } else {
-            cell.latency_us = *time_us;
-          }
-        };
+    for (auto& [key, cell] : cells) out.push_back(std::move(cell));
+    return status;
   };
-  // Both sizes over `rounds`.
-  auto measure =
-      [&](const std::vector<std::vector<std::pair<int, int>>>& rounds,
-          const std::string& label) {
-        absl::Status status = MeasurePairs(**client, rounds, big_in, big_out,
-                                           args.iters, args.warmup, args.check,
-                                           /*fastest_batch=*/false,
-                                           absl::StrCat(label, "bandwidth"),
-                                           args.quiet, give_up, record(true));
-        if (!status.ok()) return status;
-        return MeasurePairs(**client, rounds, small_in, small_out,
-                            args.latency_iters, args.warmup, args.check,
-                            /*fastest_batch=*/true,
-                            absl::StrCat(label, "latency"), args.quiet, give_up,
-                            record(false));
-      };
-  std::vector<std::vector<std::pair<int, int>>> every_pair;
-  for (const auto& round :
-       doctor::RoundRobin(static_cast<int>(members.size()))) {
-    every_pair.emplace_back();
-    for (const auto& [a, b] : round) {
-      every_pair.back().emplace_back(members[a], members[b]);
-    }
-  }
-  absl::Status measured = measure(every_pair, "");
   std::vector<doctor::CollectiveTimes> collectives;
-  if (measured.ok() && run.skew_ops > 0 && !interrupted) {
+  if (run.skew_ops > 0) {
     // One request per rank of back-to-back all_reduces: a rank that is
     // slow to start each one shows as the one the others wait for.
     Op op;
@@ -357,31 +345,19 @@ int RunDoctor(Globals& globals, const DoctorArgs& args) {
                 << "\n";
     }
   }
-  if (measured.ok()) {
-    for (auto& [key, cell] : cells) run.cells.push_back(cell);
-    const std::vector<doctor::Cell>* baseline =
-        args.baseline.empty() ? nullptr : &baseline_cells;
-    run.verdict = doctor::Judge(run.ranks, run.cells, collectives,
-                                args.thresholds, baseline);
-    // On a loaded machine one sample per pair can be slow by chance: what
-    // the verdict rests on is measured again, each cell keeps its better
-    // figure, and only what was suspected both times is named.
-    const auto suspects = doctor::SuspectPairs(run.verdict, run.ranks);
-    if (!suspects.empty() && !interrupted) {
-      std::map<std::pair<int, int>, doctor::Cell> again;
-      into = &again;
-      measured = measure(doctor::InRounds(suspects), "confirming ");
-      std::vector<doctor::Cell> again_cells;
-      for (auto& [key, cell] : again) again_cells.push_back(cell);
-      doctor::KeepBest(run.cells, again_cells);
-      run.remeasured_pairs = static_cast<int>(suspects.size());
-      run.verdict =
-          doctor::Confirmed(run.verdict,
-                            doctor::Judge(run.ranks, run.cells, collectives,
-                                          args.thresholds, baseline),
-                            run.ranks);
-    }
-  }
+  doctor::SearchOptions options;
+  options.sample_rounds = args.bisect ? args.sample_rounds : 0;
+  options.partners = args.partners;
+  options.thresholds = args.thresholds;
+  if (!args.baseline.empty()) options.baseline = &baseline_cells;
+  doctor::Search search;
+  absl::Status measured =
+      doctor::Examine(run.ranks, collectives, options, measure, search);
+  run.cells = std::move(search.cells);
+  run.verdict = std::move(search.verdict);
+  run.rounds = search.rounds;
+  run.remeasured_pairs = search.remeasured_pairs;
+  run.search = search.sampled ? "bisect" : "matrix";
   const bool freed = free_all();
   std::signal(SIGINT, SIG_DFL);
   if (!measured.ok()) return Fail(measured);
@@ -464,6 +440,17 @@ void AddDoctorCommand(CLI::App& app, Globals& globals, int& exit_code) {
   doctor->add_option("--prom", args->prom,
                      "write the figures as Prometheus gauges to FILE "
                      "(node_exporter's textfile collector)");
+  doctor
+      ->add_flag("--bisect", args->bisect,
+                 "search instead of measuring every pair: --sample-rounds of "
+                 "the schedule, then each suspect with --partners ranks it has "
+                 "not met, until what is slow is seen twice (a slow rank or "
+                 "host of any group in about 10 rounds; a slow link only if "
+                 "its pair is sampled)")
+      ->capture_default_str();
+  doctor->add_option("--sample-rounds", args->sample_rounds)
+      ->capture_default_str();
+  doctor->add_option("--partners", args->partners)->capture_default_str();
   doctor->add_flag("!--no-check", args->check,
                    "skip the on-device check of the bytes");
   doctor->add_flag("-q,--quiet", args->quiet, "no progress lines");

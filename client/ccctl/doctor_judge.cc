@@ -12,24 +12,46 @@
 
 namespace ccl::ctl::doctor {
 
-std::vector<std::vector<std::pair<int, int>>> RoundRobin(int n) {
-  std::vector<std::vector<std::pair<int, int>>> rounds;
-  if (n < 2) return rounds;
+namespace {
+
+// Round `round` of the circle method over n members (see RoundRobin).
+std::vector<std::pair<int, int>> RoundOf(int n, int round) {
   // An odd count gets a phantom member; whoever meets it sits out.
   const int m = n % 2 == 0 ? n : n + 1;
+  std::vector<std::pair<int, int>> pairs;
+  auto add = [&](int a, int b) {
+    if (a >= n || b >= n) return;
+    pairs.emplace_back(std::min(a, b), std::max(a, b));
+  };
   // Member m-1 stays put; the others turn around it one place per round.
-  for (int round = 0; round < m - 1; ++round) {
-    std::vector<std::pair<int, int>> pairs;
-    auto add = [&](int a, int b) {
-      if (a >= n || b >= n) return;
-      pairs.emplace_back(std::min(a, b), std::max(a, b));
-    };
-    add(m - 1, round);
-    for (int k = 1; k < m / 2; ++k) {
-      add((round + k) % (m - 1), (round - k + m - 1) % (m - 1));
-    }
-    std::sort(pairs.begin(), pairs.end());
-    rounds.push_back(std::move(pairs));
+  add(m - 1, round);
+  for (int k = 1; k < m / 2; ++k) {
+    add((round + k) % (m - 1), (round - k + m - 1) % (m - 1));
+  }
+  std::sort(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+int RoundCount(int n) { return n < 2 ? 0 : (n % 2 == 0 ? n - 1 : n); }
+
+}  // namespace
+
+Rounds RoundRobin(int n) {
+  Rounds rounds;
+  for (int round = 0; round < RoundCount(n); ++round) {
+    rounds.push_back(RoundOf(n, round));
+  }
+  return rounds;
+}
+
+Rounds SampledRounds(int n, int count) {
+  const int total = RoundCount(n);
+  if (count >= total) return RoundRobin(n);
+  Rounds rounds;
+  // Spread over the schedule: consecutive rounds pair a member with
+  // neighbours of each other's; spread ones with members far apart.
+  for (int k = 0; k < count; ++k) {
+    rounds.push_back(RoundOf(n, static_cast<int>(int64_t{k} * total / count)));
   }
   return rounds;
 }
@@ -811,9 +833,8 @@ std::vector<std::pair<int, int>> SuspectPairs(const Verdict& verdict,
   return {pairs.begin(), pairs.end()};
 }
 
-std::vector<std::vector<std::pair<int, int>>> InRounds(
-    const std::vector<std::pair<int, int>>& pairs) {
-  std::vector<std::vector<std::pair<int, int>>> rounds;
+Rounds InRounds(const std::vector<std::pair<int, int>>& pairs) {
+  Rounds rounds;
   std::vector<std::set<int>> busy;
   for (const auto& pair : pairs) {
     size_t round = 0;
@@ -871,6 +892,103 @@ void KeepBest(std::vector<Cell>& cells, const std::vector<Cell>& again) {
                             : other.latency_us;
     }
   }
+}
+
+std::vector<std::pair<int, int>> NarrowingPairs(
+    const Verdict& verdict, const std::vector<Rank>& ranks,
+    const std::set<std::pair<int, int>>& met, int partners) {
+  std::set<std::pair<int, int>> pairs;
+  std::set<int> suspects;
+  for (const Finding& f : verdict.findings) {
+    if (f.metric == "errors" || f.metric == "arrival") continue;
+    if (f.blame == Blame::kCluster) continue;
+    suspects.insert(f.ranks.begin(), f.ranks.end());
+    if (f.blame == Blame::kLink) {
+      pairs.insert(
+          {std::min(f.ranks[0], f.ranks[1]), std::max(f.ranks[0], f.ranks[1])});
+    }
+  }
+  const int n = static_cast<int>(ranks.size());
+  for (int i = 0; i < n; ++i) {
+    const int suspect = ranks[i].rank;
+    if (!suspects.count(suspect)) continue;
+    // Partners from the far side of the member order first, as the
+    // spread rounds were, then by host: other hosts before this one.
+    std::vector<int> order;
+    for (int k = 0; k < n - 1; ++k) order.push_back((i + n / 2 + k) % n);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return (ranks[a].host == ranks[i].host) <
+             (ranks[b].host == ranks[i].host);
+    });
+    int taken = 0;
+    for (int j : order) {
+      if (taken >= partners) break;
+      const int peer = ranks[j].rank;
+      const std::pair<int, int> pair{std::min(suspect, peer),
+                                     std::max(suspect, peer)};
+      if (j == i || suspects.count(peer) || met.count(pair)) continue;
+      pairs.insert(pair);
+      ++taken;
+    }
+  }
+  return {pairs.begin(), pairs.end()};
+}
+
+absl::Status Examine(const std::vector<Rank>& ranks,
+                     const std::vector<CollectiveTimes>& collectives,
+                     const SearchOptions& options, const MeasureFn& measure,
+                     Search& search) {
+  search = Search{};
+  const int n = static_cast<int>(ranks.size());
+  const bool sampled =
+      options.sample_rounds > 0 && options.sample_rounds < RoundCount(n);
+  search.sampled = sampled;
+  Rounds first;
+  for (const auto& round :
+       sampled ? SampledRounds(n, options.sample_rounds) : RoundRobin(n)) {
+    first.emplace_back();
+    for (const auto& [a, b] : round) {
+      first.back().emplace_back(ranks[a].rank, ranks[b].rank);
+    }
+  }
+  search.rounds = static_cast<int>(first.size());
+  if (absl::Status s = measure(first, "", search.cells); !s.ok()) return s;
+  auto judge = [&] {
+    return Judge(ranks, search.cells, collectives, options.thresholds,
+                 options.baseline);
+  };
+  Verdict current = judge();
+  search.verdict = current;
+  for (int step = 0; step < (sampled ? options.most_steps : 1); ++step) {
+    std::set<std::pair<int, int>> met;
+    for (const Cell& c : search.cells) {
+      met.insert({std::min(c.src, c.dst), std::max(c.src, c.dst)});
+    }
+    const auto pairs =
+        sampled ? NarrowingPairs(current, ranks, met, options.partners)
+                : SuspectPairs(current, ranks);
+    if (pairs.empty()) break;
+    const Rounds rounds = InRounds(pairs);
+    std::vector<Cell> again;
+    absl::Status s =
+        measure(rounds, sampled ? "narrowing " : "confirming ", again);
+    search.rounds += static_cast<int>(rounds.size());
+    search.remeasured_pairs += static_cast<int>(pairs.size());
+    KeepBest(search.cells, again);
+    std::set<std::pair<int, int>> had;
+    for (const Cell& c : search.cells) had.insert({c.src, c.dst});
+    for (const Cell& c : again) {
+      if (!had.count({c.src, c.dst})) search.cells.push_back(c);
+    }
+    if (!s.ok()) return s;
+    Verdict next = judge();
+    search.verdict = Confirmed(current, next, ranks);
+    // Every finding seen twice: done. Otherwise the new suspects are the
+    // next step's (a search only: the matrix has measured them all).
+    if (search.verdict.findings.size() == next.findings.size()) break;
+    current = std::move(next);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ccl::ctl::doctor

@@ -6,16 +6,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace ccl::ctl::doctor {
+
+// Rounds of disjoint pairs, each pair lower first.
+using Rounds = std::vector<std::vector<std::pair<int, int>>>;
 
 // A disjoint pairing of the members per round, every unordered pair exactly
 // once over n-1 rounds (n even) or n rounds (n odd: one member sits each
 // round out): the circle method. Pairs hold member indices, lower first.
-std::vector<std::vector<std::pair<int, int>>> RoundRobin(int n);
+Rounds RoundRobin(int n);
+// `count` rounds of RoundRobin(n) spread evenly over it (all of them when
+// it has no more): every member meets `count` partners.
+Rounds SampledRounds(int n, int count);
 
 // One rank of the checked group: its world rank and the host it is on (the
 // worker's host id, else its host name). Links within a host are judged
@@ -121,8 +131,7 @@ Verdict Judge(const std::vector<Rank>& ranks, const std::vector<Cell>& cells,
 std::vector<std::pair<int, int>> SuspectPairs(const Verdict& verdict,
                                               const std::vector<Rank>& ranks);
 // `pairs` in rounds of disjoint pairs (greedily, in order).
-std::vector<std::vector<std::pair<int, int>>> InRounds(
-    const std::vector<std::pair<int, int>>& pairs);
+Rounds InRounds(const std::vector<std::pair<int, int>>& pairs);
 // Each cell of `cells` that `again` measured keeps the better figure of the
 // two (bandwidth the higher, latency the lower): a fault is slow both
 // times, chance is rarely slow twice.
@@ -133,6 +142,46 @@ void KeepBest(std::vector<Cell>& cells, const std::vector<Cell>& again);
 // measurement old: chance, until measured again).
 Verdict Confirmed(const Verdict& first, Verdict second,
                   const std::vector<Rank>& ranks);
+
+// The next step of a search that did not measure every pair (--bisect):
+// each rank a finding of `verdict` suspects (a rank, a host's ranks, a
+// link's two ends) with up to `partners` ranks it has not met (`met`, lower
+// first) that no finding suspects, on other hosts first; and a slow link's
+// own pair again. World ranks, lower first.
+std::vector<std::pair<int, int>> NarrowingPairs(
+    const Verdict& verdict, const std::vector<Rank>& ranks,
+    const std::set<std::pair<int, int>>& met, int partners);
+
+// How the doctor goes from measurements to a verdict.
+struct SearchOptions {
+  // 0: every pair (the round-robin matrix), then the suspects' pairs again.
+  // Else a search (--bisect): this many rounds of the schedule, then up to
+  // `most_steps` narrowing steps, each chosen from the last verdict.
+  int sample_rounds = 0;
+  int partners = 4;
+  int most_steps = 3;
+  Thresholds thresholds;
+  const std::vector<Cell>* baseline = nullptr;
+};
+// Measures `rounds` (world ranks) both ways, adding each directed pair's
+// cell to `cells`; `label` names the step in progress lines.
+using MeasureFn = std::function<absl::Status(
+    const Rounds& rounds, const std::string& label, std::vector<Cell>& cells)>;
+struct Search {
+  bool sampled = false;     // a search (else the whole matrix)
+  std::vector<Cell> cells;  // each measured directed pair, its best figure
+  Verdict verdict;
+  int rounds = 0;            // rounds measured, confirmation included
+  int remeasured_pairs = 0;  // pairs measured after the first verdict
+};
+// Measures, judges, and measures again what the verdict rests on, until
+// every finding has been seen twice (a figure far from its peers once may
+// be chance on a loaded machine). On an error of `measure`, returns it with
+// `search` holding what was measured so far.
+absl::Status Examine(const std::vector<Rank>& ranks,
+                     const std::vector<CollectiveTimes>& collectives,
+                     const SearchOptions& options, const MeasureFn& measure,
+                     Search& search);
 
 // The median, and 1.4826 * the median absolute deviation (a standard
 // deviation robust to outliers); 0 for an empty list.

@@ -190,6 +190,8 @@ nlohmann::json ToJson(const Run& run) {
       {"references", references},
       {"findings", findings},
       {"healthy", run.verdict.findings.empty()},
+      {"search", run.search},
+      {"rounds", run.rounds},
       {"remeasured_pairs", run.remeasured_pairs},
       {"elapsed_s", run.elapsed_s},
       {"finished_unix_s", run.finished_unix_s}};
@@ -256,7 +258,9 @@ std::string RenderTable(const Run& run) {
                   }())
                       .size(),
                   " hosts, ", run.cells.size(), " directed pairs in ",
-                  absl::StrFormat("%.1f", run.elapsed_s), " s\n");
+                  run.rounds, " rounds",
+                  run.search == "bisect" ? " (a search, --bisect)" : "",
+                  absl::StrFormat(" in %.1f s\n", run.elapsed_s));
   if (!run.simulated_hosts.empty()) {
     absl::StrAppend(&out, "# ", run.simulated_hosts, "\n");
   }
@@ -280,7 +284,8 @@ std::string RenderTable(const Run& run) {
         absl::StrAppend(&out, absl::StrFormat("%8d", s.rank));
         for (const Rank& d : run.ranks) {
           auto it = cells.find({s.rank, d.rank});
-          std::string text = "-";
+          // "-": a rank with itself; ".": a pair a search did not measure.
+          std::string text = s.rank == d.rank ? "-" : ".";
           if (it != cells.end()) {
             const Cell& c = *it->second;
             text = c.broken()    ? (c.wrong > 0 ? "WRONG" : "FAIL")

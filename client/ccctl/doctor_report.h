@@ -34,7 +34,10 @@ struct Run {
   std::string simulated_hosts;
   std::string baseline_file;  // the run was judged against it
   std::string skew_error;     // why the skew was not measured
-  // Pairs measured a second time to confirm the first verdict.
+  // "matrix" (every pair) or "bisect" (a search from sampled rounds).
+  std::string search = "matrix";
+  int rounds = 0;  // rounds of pairs measured
+  // Pairs measured after the first verdict, to confirm or narrow it.
   int remeasured_pairs = 0;
 };
 

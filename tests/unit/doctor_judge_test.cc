@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>
@@ -64,50 +67,59 @@ struct Cluster {
   std::string host(int rank) const {
     return "host" + std::to_string(rank / per_host);
   }
-  // One measurement of the whole matrix.
-  std::vector<Cell> Measure(std::mt19937& rng) const {
+  // One measurement of one directed pair.
+  Cell One(int s, int d, std::mt19937& rng) const {
     // Multiplicative: a loaded machine's figures vary by factors.
     std::lognormal_distribution<double> jitter(0.0, noise);
+    const bool within = s / per_host == d / per_host;
+    Cell cell;
+    cell.src = s;
+    cell.dst = d;
+    cell.bandwidth_gbps = (within ? 20.0 : 10.0) * jitter(rng);
+    cell.latency_us = (within ? 10.0 : 25.0) * jitter(rng);
+    if (fault(cell)) {
+      cell.bandwidth_gbps *= factor;
+      cell.latency_us /= factor;
+    }
+    return cell;
+  }
+  // One measurement of the whole matrix.
+  std::vector<Cell> Measure(std::mt19937& rng) const {
     std::vector<Cell> cells;
     for (int s = 0; s < n; ++s) {
       for (int d = 0; d < n; ++d) {
-        if (s == d) continue;
-        const bool within = s / per_host == d / per_host;
-        Cell cell;
-        cell.src = s;
-        cell.dst = d;
-        cell.bandwidth_gbps = (within ? 20.0 : 10.0) * jitter(rng);
-        cell.latency_us = (within ? 10.0 : 25.0) * jitter(rng);
-        if (fault(cell)) {
-          cell.bandwidth_gbps *= factor;
-          cell.latency_us /= factor;
-        }
-        cells.push_back(cell);
+        if (s != d) cells.push_back(One(s, d, rng));
       }
     }
     return cells;
   }
+  // What ccctl doctor measures with: the rounds' pairs, both ways.
+  MeasureFn Measurer(std::mt19937& rng) const {
+    return [this, &rng](const Rounds& rounds, const std::string&,
+                        std::vector<Cell>& cells) {
+      for (const auto& round : rounds) {
+        for (const auto& [a, b] : round) {
+          cells.push_back(One(a, b, rng));
+          cells.push_back(One(b, a, rng));
+        }
+      }
+      return absl::OkStatus();
+    };
+  }
 };
 
-// As ccctl doctor judges: the matrix once, then again after the suspects'
-// pairs were measured a second time.
-Verdict Doctor(const Cluster& cluster, std::mt19937& rng,
-               const std::vector<CollectiveTimes>& runs = {}) {
-  const std::vector<Rank> ranks = cluster.ranks();
-  std::vector<Cell> cells = cluster.Measure(rng);
-  const Verdict first = Judge(ranks, cells, runs, {});
-  const auto pairs = SuspectPairs(first, ranks);
-  if (pairs.empty()) return first;
-  const std::set<std::pair<int, int>> wanted(pairs.begin(), pairs.end());
-  std::vector<Cell> again;
-  for (const Cell& cell : cluster.Measure(rng)) {
-    if (wanted.count(
-            {std::min(cell.src, cell.dst), std::max(cell.src, cell.dst)})) {
-      again.push_back(cell);
-    }
-  }
-  KeepBest(cells, again);
-  return Confirmed(first, Judge(ranks, cells, runs, {}), ranks);
+// As ccctl doctor judges (Examine): the matrix, or with `sample_rounds` a
+// search; then what the verdict rests on measured again.
+Search Doctor(const Cluster& cluster, std::mt19937& rng,
+              const std::vector<CollectiveTimes>& runs = {},
+              int sample_rounds = 0) {
+  SearchOptions options;
+  options.sample_rounds = sample_rounds;
+  Search search;
+  EXPECT_TRUE(
+      Examine(cluster.ranks(), runs, options, cluster.Measurer(rng), search)
+          .ok());
+  return search;
 }
 
 TEST(DoctorJudgeTest, SuspectPairsAreMeasuredAgainInDisjointRounds) {
@@ -134,6 +146,13 @@ TEST(DoctorJudgeTest, SuspectPairsAreMeasuredAgainInDisjointRounds) {
 // planted fault was named first, and how often anything else was named.
 struct Record {
   int runs = 0;
+  std::vector<double> rounds;  // per run
+  double median_rounds() const { return Median(rounds); }
+  int most_rounds() const {
+    return rounds.empty() ? 0
+                          : static_cast<int>(*std::max_element(rounds.begin(),
+                                                               rounds.end()));
+  }
   int named_first = 0;
   int others_named = 0;
   std::string first_miss;
@@ -145,7 +164,7 @@ struct Record {
 constexpr int kRuns = 100;
 Record Tally(const std::function<Cluster(int seed)>& cluster_for,
              const std::function<bool(int seed, const Finding&)>& planted,
-             bool with_arrivals = false) {
+             bool with_arrivals = false, int sample_rounds = 0) {
   Record record;
   for (int seed = 0; seed < kRuns; ++seed) {
     std::mt19937 rng(seed);
@@ -161,7 +180,9 @@ Record Tally(const std::function<Cluster(int seed)>& cluster_for,
         }
       }
     }
-    const Verdict verdict = Doctor(cluster, rng, runs);
+    const Search search = Doctor(cluster, rng, runs, sample_rounds);
+    const Verdict& verdict = search.verdict;
+    record.rounds.push_back(search.rounds);
     ++record.runs;
     size_t others = verdict.findings.size();
     if (planted && !verdict.findings.empty() &&
@@ -436,6 +457,147 @@ TEST(DoctorJudgeTest, AgainstABaseline) {
   verdict = Judge(pair_now.ranks, pair_now.cells, {}, {}, &pair_then.cells);
   ASSERT_EQ(verdict.findings.size(), 1u);
   EXPECT_EQ(verdict.findings[0].ranks, (std::vector<int>{1, 0}));
+}
+
+TEST(DoctorSearchTest, SampledRoundsMeetDistinctPartnersSpreadApart) {
+  for (int n = 4; n <= 67; ++n) {
+    const Rounds rounds = SampledRounds(n, 3);
+    ASSERT_EQ(rounds.size(), 3u) << n;
+    std::set<std::pair<int, int>> met;
+    std::map<int, int> partners;
+    for (const auto& round : rounds) {
+      std::set<int> busy;
+      for (const auto& [a, b] : round) {
+        EXPECT_TRUE(busy.insert(a).second && busy.insert(b).second) << n;
+        EXPECT_TRUE(met.insert({a, b}).second) << n << ": " << a << "," << b;
+        ++partners[a];
+        ++partners[b];
+      }
+    }
+    // Every member meets three (n odd: one sits out each round).
+    for (int m = 0; m < n; ++m) EXPECT_GE(partners[m], n % 2 ? 2 : 3) << n;
+  }
+  EXPECT_EQ(SampledRounds(4, 5).size(), 3u);  // no more than the matrix
+}
+
+TEST(DoctorSearchTest, NarrowingPairsASuspectWithRanksItHasNotMet) {
+  const std::vector<Rank> ranks = Cluster{8, 2}.ranks();  // 4 hosts of 2
+  Verdict verdict;
+  Finding rank;
+  rank.blame = Blame::kRank;
+  rank.ranks = {2};
+  rank.metric = "bandwidth";
+  Finding link;
+  link.blame = Blame::kLink;
+  link.ranks = {5, 7};
+  link.metric = "latency";
+  verdict.findings = {rank, link};
+  const std::set<std::pair<int, int>> met{{2, 6}, {0, 2}, {5, 7}};
+  const auto pairs = NarrowingPairs(verdict, ranks, met, 2);
+  std::map<int, std::vector<int>> peers;
+  for (const auto& [a, b] : pairs) {
+    peers[a].push_back(b);
+    peers[b].push_back(a);
+  }
+  // The link's pair again; each suspect with two it has not met, not
+  // suspects, not on its own host.
+  EXPECT_TRUE(std::count(pairs.begin(), pairs.end(), std::pair{5, 7}));
+  for (int suspect : {2, 5, 7}) {
+    int fresh = 0;
+    for (int peer : peers[suspect]) {
+      if (std::pair{std::min(suspect, peer), std::max(suspect, peer)} ==
+          std::pair{5, 7}) {
+        continue;
+      }
+      ++fresh;
+      EXPECT_FALSE(
+          met.count({std::min(suspect, peer), std::max(suspect, peer)}));
+      EXPECT_NE(peer / 2, suspect / 2) << suspect << " with " << peer;
+      EXPECT_FALSE(peer == 2 || peer == 5 || peer == 7);
+    }
+    EXPECT_EQ(fresh, 2) << suspect;
+  }
+  // Arrivals and errors are not narrowed by pairs.
+  Verdict late;
+  late.findings.push_back(rank);
+  late.findings[0].metric = "arrival";
+  EXPECT_TRUE(NarrowingPairs(late, ranks, {}, 4).empty());
+}
+
+// --bisect: a slow rank of many is named in a few rounds, not the n-1 of
+// the matrix, as reliably as the matrix names it; a slow host of 4 ranks
+// as the host; a healthy cluster names nothing.
+TEST(DoctorSearchTest, BisectNamesASlowRankOrHostOfManyInAFewRounds) {
+  for (int n : {16, 64, 256}) {
+    for (const Condition& condition : {kQuiet, kLoaded}) {
+      const Record record = Tally(
+          [&](int seed) {
+            const int bad = (seed * 7) % n;
+            return Cluster{
+                n, 1, condition.noise,
+                [bad](const Cell& c) { return c.src == bad || c.dst == bad; },
+                condition.factor};
+          },
+          [&](int seed, const Finding& f) {
+            return f.blame == Blame::kRank &&
+                   f.ranks == std::vector<int>{(seed * 7) % n};
+          },
+          /*with_arrivals=*/false, /*sample_rounds=*/3);
+      EXPECT_GE(record.named_first, condition.least_named_first)
+          << "n " << n << " noise " << condition.noise << ": "
+          << record.first_miss;
+      EXPECT_LE(record.others_named, condition.most_others)
+          << "n " << n << " noise " << condition.noise << ": "
+          << record.first_other;
+      // 2 log2 n: 8 rounds at 16 ranks, 16 at 256 (the matrix: 15, 255).
+      // A loaded machine's chance suspects cost a step of 4 rounds more
+      // now and then (at most 3 steps).
+      EXPECT_LE(record.median_rounds(), 2 * std::log2(n))
+          << "n " << n << " noise " << condition.noise;
+      EXPECT_LE(record.most_rounds(), 3 + 3 * 5);
+      std::cout << "bisect, n " << n << " noise " << condition.noise
+                << ": named first " << record.named_first << "/" << kRuns
+                << ", others named " << record.others_named << ", rounds "
+                << record.median_rounds() << " (median), "
+                << record.most_rounds() << " (most)\n";
+    }
+  }
+  for (const Condition& condition : {kQuiet, kLoaded}) {
+    const Record host = Tally(
+        [&](int seed) {
+          Cluster cluster{64, 4, condition.noise};  // 16 hosts of 4
+          const std::string bad = "host" + std::to_string(seed % 16);
+          cluster.fault = [bad, cluster](const Cell& c) {
+            const std::string src = cluster.host(c.src),
+                              dst = cluster.host(c.dst);
+            return src != dst && (src == bad || dst == bad);
+          };
+          cluster.factor = condition.factor;
+          return cluster;
+        },
+        [](int seed, const Finding& f) {
+          return f.blame == Blame::kHost && f.ranks.size() == 4 &&
+                 f.host == "host" + std::to_string(seed % 16);
+        },
+        /*with_arrivals=*/false, /*sample_rounds=*/3);
+    EXPECT_GE(host.named_first, condition.least_named_first)
+        << "noise " << condition.noise << ": " << host.first_miss;
+    EXPECT_LE(host.others_named, condition.most_others) << host.first_other;
+    std::cout << "bisect host of 4 in 64 ranks, noise " << condition.noise
+              << ": named first " << host.named_first << "/" << kRuns
+              << ", others named " << host.others_named << ", rounds "
+              << host.median_rounds() << " (median), " << host.most_rounds()
+              << " (most)\n";
+    EXPECT_LE(host.median_rounds(), 2 * std::log2(64));
+    const Record healthy = Tally(
+        [&](int) {
+          return Cluster{64, 4, condition.noise};
+        },
+        nullptr,
+        /*with_arrivals=*/false, /*sample_rounds=*/3);
+    EXPECT_LE(healthy.others_named, condition.most_others)
+        << healthy.first_other;
+  }
 }
 
 }  // namespace
