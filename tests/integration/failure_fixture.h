@@ -252,14 +252,18 @@ class FailureTest : public ::testing::Test {
   }
 
   // Every worker's threads, when a worker stopped answering: what a hang
-  // report needs. Uses gdb when the machine has it.
+  // report needs. Uses gdb when the machine has it, else eu-stack (the GPU
+  // machine has no gdb; scripts/gpu-check.sh bundles eu-stack).
   void DumpStacks() {
     for (int r = 0; r < kWorkers; ++r) {
       if (!cluster_->worker(r).running()) continue;
+      const int pid = cluster_->worker(r).pid();
       const std::string command = absl::StrCat(
-          "command -v gdb >/dev/null && gdb -p ", cluster_->worker(r).pid(),
+          "if command -v gdb >/dev/null; then gdb -p ", pid,
           " -batch -ex 'thread apply all bt 25' 2>/dev/null | grep -E "
-          "'^Thread|^#' >&2");
+          "'^Thread|^#' >&2; elif command -v eu-stack >/dev/null; then "
+          "eu-stack -p ",
+          pid, " >&2 2>/dev/null; fi");
       std::fprintf(stderr, "----- threads of worker %d -----\n", r);
       (void)std::system(command.c_str());
     }

@@ -149,6 +149,7 @@ TEST_F(FailureTest, SigstopNamesTheStoppedRankAndTheWorldReforms) {
   EXPECT_TRUE(lost) << "the stopped rank was never declared lost";
   ASSERT_TRUE(cluster_->worker(stopped).Signal(SIGCONT).ok());
   auto ready = cluster_->WaitUntilReady(kRecovery, generation + 1);
+  if (!ready.ok()) DumpStacks();
   ASSERT_TRUE(ready.ok()) << ready.status();
   EXPECT_EQ(*ready, generation + 1) << "one stop, one re-form";
   for (int r = 0; r < kWorkers; ++r) ExpectKeep(r);
