@@ -21,6 +21,9 @@ random:
              (needs --netns on)
   recv       a client's recv with no send (the tutorial's mistake): it times
              out and the world re-forms, no process restarting
+  slow       one worker throttled (stopped 22 ms of every 24) while
+             `ccctl doctor` runs beside the traffic; the checker asserts
+             that the doctor named that rank first
 
 After each fault it waits for the world to recover (complete, every worker
 ready in one generation, and a probe all_reduce correct) and records how
@@ -43,6 +46,7 @@ import random
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -61,12 +65,17 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import history  # noqa: E402
 import procs  # noqa: E402
-from cluster import Cluster, scrape  # noqa: E402
+from cluster import Cluster, binary, scrape  # noqa: E402
 
 KV_GAUGES = ("ccl_coordinator_kv_generations", "ccl_coordinator_kv_keys",
              "ccl_coordinator_kv_bytes")
 
-FAULTS = ("kill", "stop", "coord", "client", "partition", "recv")
+FAULTS = ("kill", "stop", "coord", "client", "partition", "recv", "slow")
+
+# The doctor of a "slow" fault: small sizes, so that it ends in seconds
+# beside the traffic, and no skew (a throttled rank is slow in the pairs).
+DOCTOR_ARGS = ["--size", "1M", "-n", "5", "-w", "1", "--latency-iters", "50",
+               "--skew-ops", "0", "--budget", "60s", "-q"]
 
 
 class Run:
@@ -291,6 +300,10 @@ class Run:
                 t.free()
             except self.ccl.CclError:
                 pass
+        elif kind == "slow":
+            i = self.rng.randrange(len(self.workers))
+            rec.update(target=self.workers[i].name, rank=i)
+            rec["doctor"] = self.doctor_while_throttled(self.workers[i])
         elif kind == "partition":
             a_, b_ = self.rng.sample(range(len(self.workers)), 2)
             mode = self.rng.choice(["drop", "reject"])
@@ -304,10 +317,65 @@ class Run:
         rec["t_recovered"] = history.now()
         rec["recovery_s"] = took
         self.faults.write(rec)
-        print(f"chaos: {kind} {rec.get('target', '')}: "
+        doctor = ""
+        if "doctor" in rec:
+            first = rec["doctor"].get("first")
+            doctor = (f"doctor named {first['blame']} {first['ranks']} "
+                      f"first; " if first else
+                      f"doctor named nothing "
+                      f"({rec['doctor'].get('error', 'exit %s' % rec['doctor']['exit'])}); ")
+        print(f"chaos: {kind} {rec.get('target', '')}: {doctor}"
               + (f"recovered in {took:.2f} s" if took is not None
                  else "NOT recovered"), flush=True)
         return took is not None
+
+    def doctor_while_throttled(self, worker):
+        """`ccctl doctor -o json` while `worker` runs a twelfth of the
+        time; what it named first (the checker compares)."""
+        pid = worker.pid
+        done = threading.Event()
+
+        def throttle():
+            # Not through Proc.signal: hundreds of stops a second are one
+            # fault, recorded as such, not as stops the checker would
+            # count one by one.
+            while not done.is_set():
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    time.sleep(0.022)
+                    os.kill(pid, signal.SIGCONT)
+                    time.sleep(0.002)
+                except ProcessLookupError:
+                    return
+
+        thread = threading.Thread(target=throttle, daemon=True)
+        thread.start()
+        try:
+            r = subprocess.run(
+                [binary("ccctl"), "--coordinator", self.coord_address,
+                 "--timeout", "30s", "-o", "json", "doctor", *DOCTOR_ARGS],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                timeout=120)
+        except subprocess.TimeoutExpired:
+            return {"exit": None, "error": "ccctl doctor ran over 120 s"}
+        finally:
+            done.set()
+            thread.join()
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        verdict = {"exit": r.returncode}
+        try:
+            findings = json.loads(r.stdout)["findings"]
+            verdict["first"] = ({k: findings[0][k] for k in
+                                 ("blame", "ranks", "metric", "evidence")}
+                                if findings else None)
+            verdict["findings"] = len(findings)
+        except (ValueError, KeyError) as e:
+            verdict["error"] = (f"no document ({e}): "
+                                f"{r.stderr.strip()[-500:]}")
+        return verdict
 
     def free_orphans(self):
         """Frees what killed clients left on the workers (their tensors

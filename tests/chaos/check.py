@@ -351,6 +351,7 @@ class Checker:
                                f"{d['proc']} exited {d['rc']} unasked; log "
                                f"tail:\n{d['log'][-3000:]}")
         self.check_memory()
+        self.check_doctor()
         for e in self.fault_events:
             if e["ev"] == "no_recovery":
                 self.violation("no recovery",
@@ -361,6 +362,28 @@ class Checker:
                 self.violation("client hung",
                                f"{e['proc']} did not drain in 120 s")
         return self.report()
+
+    def check_doctor(self):
+        """Each "slow" fault: the doctor, run while one rank was throttled,
+        named that rank first."""
+        self.doctor = {"slow_faults": 0, "named_first": 0}
+        for f in self.faults:
+            if f["kind"] != "slow":
+                continue
+            self.doctor["slow_faults"] += 1
+            verdict = f.get("doctor") or {}
+            first = verdict.get("first") or {}
+            if first.get("blame") == "rank" and first.get("ranks") == [
+                    f["rank"]]:
+                self.doctor["named_first"] += 1
+                continue
+            said = (f"{first['blame']} {first['ranks']} first "
+                    f"({first.get('evidence', '')})" if first else
+                    verdict.get("error") or
+                    f"nothing (exit {verdict.get('exit')})")
+            self.violation("doctor missed",
+                           f"rank {f['rank']} ({f['target']}) throttled at "
+                           f"{f['t_start']:.2f}: ccctl doctor named {said}")
 
     def check_memory(self):
         """With --rss-after: each daemon's RSS (one process, not across
@@ -477,6 +500,7 @@ class Checker:
             "wrong_values": kinds.get("wrong value", 0),
             "daemons_died_unasked": kinds.get("daemon died", 0),
             "violations_by_kind": kinds,
+            "doctor": getattr(self, "doctor", None),
             "violations": self.violations[:200],
             "rss": summarize_rss(rss),
             "rss_growth": getattr(self, "rss_growth", {}),
@@ -518,6 +542,10 @@ def render(report):
         f"{s['groups_dropped']}; failures by code "
         f"{json.dumps(s['failed_by_code'])}",
     ]
+    if report.get("doctor") and report["doctor"]["slow_faults"]:
+        d = report["doctor"]
+        lines.append(f"chaos: ccctl doctor named the throttled rank first in "
+                     f"{d['named_first']} of {d['slow_faults']} slow faults")
     if report.get("rss_growth"):
         lines.append("chaos: RSS after warm-up: " + ", ".join(
             f"{k} {v['growth']:+.1%}"

@@ -304,6 +304,35 @@ def test_slow_ops_and_unanswered_rpcs_are_caught(tmp_path):
     assert h2.check()["ok"]
 
 
+def test_a_slow_fault_passes_only_when_the_doctor_named_its_rank_first(
+        tmp_path):
+    def slow(h, first, rank=2, **verdict):
+        h.fault(110.0, 112.0, kind="slow")
+        h.faults[-1].update(target=f"w{rank}", rank=rank,
+                            doctor={"exit": 3 if first else 0,
+                                    "first": first, **verdict})
+
+    named = {"blame": "rank", "ranks": [2], "metric": "bandwidth",
+             "evidence": "its bandwidth ..."}
+    h = History(tmp_path / "named")
+    os.makedirs(h.dir)
+    slow(h, named)
+    report = h.check()
+    assert report["ok"], report["violations"]
+    assert report["doctor"] == {"slow_faults": 1, "named_first": 1}
+    for first, verdict in [
+            ({**named, "ranks": [1]}, {}),                  # another rank
+            ({**named, "blame": "link", "ranks": [2, 1]}, {}),  # a link
+            (None, {}),                                     # nothing
+            (None, {"error": "no document"})]:              # did not run
+        h = History(tmp_path / f"missed{len(os.listdir(tmp_path))}")
+        os.makedirs(h.dir)
+        slow(h, first, **verdict)
+        report = h.check()
+        assert kinds(report) == ["doctor missed"], first
+        assert report["doctor"]["named_first"] == 0
+
+
 def test_a_daemon_that_died_unasked_fails_the_run(tmp_path):
     h = History(tmp_path)
     report = h.check(deaths=[{"proc": "w2", "t": 1.0, "rc": -13,
