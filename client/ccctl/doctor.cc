@@ -445,7 +445,7 @@ void AddDoctorCommand(CLI::App& app, Globals& globals, int& exit_code) {
                  "search instead of measuring every pair: --sample-rounds of "
                  "the schedule, then each suspect with --partners ranks it has "
                  "not met, until what is slow is seen twice (a slow rank or "
-                 "host of any group in about 10 rounds; a slow link only if "
+                 "host of any group in about 7 rounds; a slow link only if "
                  "its pair is sampled)")
       ->capture_default_str();
   doctor->add_option("--sample-rounds", args->sample_rounds)

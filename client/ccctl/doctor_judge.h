@@ -156,10 +156,13 @@ std::vector<std::pair<int, int>> NarrowingPairs(
 struct SearchOptions {
   // 0: every pair (the round-robin matrix), then the suspects' pairs again.
   // Else a search (--bisect): this many rounds of the schedule, then up to
-  // `most_steps` narrowing steps, each chosen from the last verdict.
+  // `most_steps` narrowing steps, each chosen from the last verdict. One:
+  // each further step gave chance suspects of a loaded machine one more
+  // chance to be seen twice (16 CPU workers on 2 cores: a healthy cluster
+  // named 15 latency links with 3 steps).
   int sample_rounds = 0;
   int partners = 4;
-  int most_steps = 3;
+  int most_steps = 1;
   Thresholds thresholds;
   const std::vector<Cell>* baseline = nullptr;
 };

@@ -251,6 +251,25 @@ TEST(DoctorJudgeTest, AHealthyClusterNamesNothing) {
   }
 }
 
+// `n` ranks, one host each, the seed's rank slow with every peer; named
+// first means as that rank, both ways. Tallied with `sample_rounds` (0: the
+// matrix).
+Record SlowRankTally(int n, const Condition& condition, int sample_rounds) {
+  return Tally(
+      [&](int seed) {
+        const int bad = seed % n;
+        return Cluster{
+            n, 1, condition.noise,
+            [bad](const Cell& c) { return c.src == bad || c.dst == bad; },
+            condition.factor};
+      },
+      [&](int seed, const Finding& f) {
+        return f.blame == Blame::kRank &&
+               f.ranks == std::vector<int>{seed % n} && f.direction == "both";
+      },
+      /*with_arrivals=*/false, sample_rounds);
+}
+
 TEST(DoctorJudgeTest, ASlowRankIsNamedFirst) {
   for (int n : {3, 4, 8, 16}) {
     for (const Condition& loaded_or_not : {kQuiet, kLoaded}) {
@@ -258,19 +277,7 @@ TEST(DoctorJudgeTest, ASlowRankIsNamedFirst) {
       // figures are then too few to single it out (docs/doctor.md).
       if (n == 3 && loaded_or_not.noise > 0.1) continue;
       const Condition condition = For(loaded_or_not, n);
-      const Record record = Tally(
-          [&](int seed) {
-            const int bad = seed % n;
-            return Cluster{
-                n, 1, condition.noise,
-                [bad](const Cell& c) { return c.src == bad || c.dst == bad; },
-                condition.factor};
-          },
-          [&](int seed, const Finding& f) {
-            return f.blame == Blame::kRank &&
-                   f.ranks == std::vector<int>{seed % n} &&
-                   f.direction == "both";
-          });
+      const Record record = SlowRankTally(n, condition, 0);
       EXPECT_GE(record.named_first, condition.least_named_first)
           << "n " << n << " noise " << condition.noise << ": "
           << record.first_miss;
@@ -329,25 +336,35 @@ TEST(DoctorJudgeTest, ASlowLinkIsNamedAsTheLinkNotItsRanks) {
   }
 }
 
+// `n` ranks on hosts of `per_host`, the seed's host slow: its links to
+// other hosts are slow; within it all is well. Tallied with
+// `sample_rounds` (0: the matrix).
+Record SlowHostTally(int n, int per_host, const Condition& condition,
+                     int sample_rounds) {
+  const int hosts = n / per_host;
+  return Tally(
+      [&](int seed) {
+        Cluster cluster{n, per_host, condition.noise};
+        const std::string bad = "host" + std::to_string(seed % hosts);
+        cluster.fault = [bad, cluster](const Cell& c) {
+          const std::string src = cluster.host(c.src),
+                            dst = cluster.host(c.dst);
+          return src != dst && (src == bad || dst == bad);
+        };
+        cluster.factor = condition.factor;
+        return cluster;
+      },
+      [&](int seed, const Finding& f) {
+        return f.blame == Blame::kHost &&
+               static_cast<int>(f.ranks.size()) == per_host &&
+               f.host == "host" + std::to_string(seed % hosts);
+      },
+      /*with_arrivals=*/false, sample_rounds);
+}
+
 TEST(DoctorJudgeTest, AHostWhoseNetworkIsSlowIsNamedAsTheHost) {
   for (const Condition& condition : {kQuiet, kLoaded}) {
-    const Record record = Tally(
-        [&](int seed) {
-          Cluster cluster{8, 2, condition.noise};  // 4 hosts of 2
-          const std::string bad = "host" + std::to_string(seed % 4);
-          // Its links to other hosts are slow; within it all is well.
-          cluster.fault = [bad, cluster](const Cell& c) {
-            const std::string src = cluster.host(c.src),
-                              dst = cluster.host(c.dst);
-            return src != dst && (src == bad || dst == bad);
-          };
-          cluster.factor = condition.factor;
-          return cluster;
-        },
-        [](int seed, const Finding& f) {
-          return f.blame == Blame::kHost && f.ranks.size() == 2 &&
-                 f.host == "host" + std::to_string(seed % 4);
-        });
+    const Record record = SlowHostTally(8, 2, condition, 0);  // 4 hosts of 2
     EXPECT_GE(record.named_first, condition.least_named_first)
         << "noise " << condition.noise << ": " << record.first_miss;
     EXPECT_LE(record.others_named, condition.most_others) << record.first_other;
@@ -530,19 +547,7 @@ TEST(DoctorSearchTest, NarrowingPairsASuspectWithRanksItHasNotMet) {
 TEST(DoctorSearchTest, BisectNamesASlowRankOrHostOfManyInAFewRounds) {
   for (int n : {16, 64, 256}) {
     for (const Condition& condition : {kQuiet, kLoaded}) {
-      const Record record = Tally(
-          [&](int seed) {
-            const int bad = (seed * 7) % n;
-            return Cluster{
-                n, 1, condition.noise,
-                [bad](const Cell& c) { return c.src == bad || c.dst == bad; },
-                condition.factor};
-          },
-          [&](int seed, const Finding& f) {
-            return f.blame == Blame::kRank &&
-                   f.ranks == std::vector<int>{(seed * 7) % n};
-          },
-          /*with_arrivals=*/false, /*sample_rounds=*/3);
+      const Record record = SlowRankTally(n, condition, /*sample_rounds=*/3);
       EXPECT_GE(record.named_first, condition.least_named_first)
           << "n " << n << " noise " << condition.noise << ": "
           << record.first_miss;
@@ -550,11 +555,11 @@ TEST(DoctorSearchTest, BisectNamesASlowRankOrHostOfManyInAFewRounds) {
           << "n " << n << " noise " << condition.noise << ": "
           << record.first_other;
       // 2 log2 n: 8 rounds at 16 ranks, 16 at 256 (the matrix: 15, 255).
-      // A loaded machine's chance suspects cost a step of 4 rounds more
-      // now and then (at most 3 steps).
+      // A loaded machine's chance suspects cost a round or two more now
+      // and then (one narrowing step).
       EXPECT_LE(record.median_rounds(), 2 * std::log2(n))
           << "n " << n << " noise " << condition.noise;
-      EXPECT_LE(record.most_rounds(), 3 + 3 * 5);
+      EXPECT_LE(record.most_rounds(), 3 + 5 + 2);
       std::cout << "bisect, n " << n << " noise " << condition.noise
                 << ": named first " << record.named_first << "/" << kRuns
                 << ", others named " << record.others_named << ", rounds "
@@ -563,23 +568,8 @@ TEST(DoctorSearchTest, BisectNamesASlowRankOrHostOfManyInAFewRounds) {
     }
   }
   for (const Condition& condition : {kQuiet, kLoaded}) {
-    const Record host = Tally(
-        [&](int seed) {
-          Cluster cluster{64, 4, condition.noise};  // 16 hosts of 4
-          const std::string bad = "host" + std::to_string(seed % 16);
-          cluster.fault = [bad, cluster](const Cell& c) {
-            const std::string src = cluster.host(c.src),
-                              dst = cluster.host(c.dst);
-            return src != dst && (src == bad || dst == bad);
-          };
-          cluster.factor = condition.factor;
-          return cluster;
-        },
-        [](int seed, const Finding& f) {
-          return f.blame == Blame::kHost && f.ranks.size() == 4 &&
-                 f.host == "host" + std::to_string(seed % 16);
-        },
-        /*with_arrivals=*/false, /*sample_rounds=*/3);
+    // 16 hosts of 4.
+    const Record host = SlowHostTally(64, 4, condition, /*sample_rounds=*/3);
     EXPECT_GE(host.named_first, condition.least_named_first)
         << "noise " << condition.noise << ": " << host.first_miss;
     EXPECT_LE(host.others_named, condition.most_others) << host.first_other;
@@ -597,6 +587,9 @@ TEST(DoctorSearchTest, BisectNamesASlowRankOrHostOfManyInAFewRounds) {
         /*with_arrivals=*/false, /*sample_rounds=*/3);
     EXPECT_LE(healthy.others_named, condition.most_others)
         << healthy.first_other;
+    std::cout << "bisect healthy 64 ranks, noise " << condition.noise
+              << ": something named in " << healthy.others_named << "/" << kRuns
+              << "\n";
   }
 }
 
