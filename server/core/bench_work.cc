@@ -100,11 +100,8 @@ class BenchWork::StopPoints {
     if (bench_.cancel_requested()) {
       reason = started_ ? kCancelled : kWithdrawn;
     } else if (bench_.call_deadline() != Clock::time_point::max() &&
-               now + 2 * ahead + 2 * last_exchange_ >= bench_.call_deadline()) {
-      // The next checkpoint might come after the call's deadline: the pace
-      // is an estimate (on ranks time-sharing a GPU, or behind a slow link,
-      // the next instances may take twice as long), and the checkpoint's
-      // exchange and the answer take time of their own.
+               now + ahead >= bench_.call_deadline()) {
+      // The next checkpoint would come after the call's deadline.
       reason = kDeadline;
     }
     // The vote rides in the op's fingerprint, exchanged as the agreement
@@ -137,7 +134,6 @@ class BenchWork::StopPoints {
       CCL_RETURN_IF_ERROR(CompareCollective(seq, all));
     }
     started_ = true;
-    last_exchange_ = Clock::now() - now;
     last_ = now;
     since_ = 0;
     until_next_ = kMostBetween;
@@ -185,7 +181,6 @@ class BenchWork::StopPoints {
   BenchWork& bench_;
   Communicator& comm_;
   Clock::time_point last_;
-  Clock::duration last_exchange_{0};  // the last checkpoint's exchange
   int64_t since_ = 0;
   int64_t until_next_ = 0;
   int64_t done_ = 0;
