@@ -13,7 +13,16 @@ ccl_gtest(conformance_gloo_test SOURCES conformance_test.cc
 ccl_gtest(ccctl_integration_test SOURCES ccctl_test.cc
   LIBS ccl_local_cluster nlohmann_json::nlohmann_json
   DEFINES CCL_EXAMPLES_DIR="${PROJECT_SOURCE_DIR}/examples" DEPENDS ccctl
-  LABELS integration TIMEOUT 600)
+  LABELS integration TIMEOUT 600 ARGS --gtest_filter=-*Doctor*)
+# The doctor's verdict on a throttled rank is a timing verdict: label
+# `faults`, as doctor_faults_test and the seeded chaos run, which
+# scripts/test.sh runs and the ASan preset leaves out (under ASan's slower
+# daemons on a loaded machine a peer of the throttled rank was once named
+# before it; docs/doctor.md).
+add_test(NAME ccctl_doctor_test
+  COMMAND ccctl_integration_test --gtest_filter=*Doctor*)
+set_tests_properties(ccctl_doctor_test PROPERTIES
+  LABELS "integration;faults" TIMEOUT 300)
 ccl_gtest(worker_lifecycle_test SOURCES worker_lifecycle_test.cc
   LIBS ccl_local_cluster LABELS integration TIMEOUT 300)
 ccl_gtest(groups_test SOURCES groups_test.cc LIBS ccl_local_cluster
