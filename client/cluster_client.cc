@@ -84,6 +84,11 @@ absl::StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Connect(
 
 const ClientOptions& ClusterClient::options() const { return impl_->options; }
 const World& ClusterClient::world() const { return impl_->world; }
+
+absl::StatusOr<World> ClusterClient::RefreshWorld() {
+  if (absl::Status s = impl_->RefreshWorld(); !s.ok()) return s;
+  return impl_->world;
+}
 int ClusterClient::world_size() const { return impl_->world.world_size; }
 std::vector<int> ClusterClient::AllRanks() const { return impl_->AllRanks(); }
 

@@ -75,8 +75,15 @@ class ClusterClient {
   ClusterClient& operator=(const ClusterClient&) = delete;
 
   const ClientOptions& options() const;
-  // The world as it was at Connect.
+  // The world as it was at Connect (or at the last RefreshWorld).
   const World& world() const;
+  // Asks the coordinator for the world now and follows it (a new
+  // generation, a replaced worker's address), keeping the channels to the
+  // workers that stayed: a reader that polls (ccctl console) pays no
+  // reconnect, and a worker that is gone fails its request at once instead
+  // of costing a fresh channel's connect wait. Not while ops of this client
+  // are in flight (it forgets their reserved sequence numbers).
+  absl::StatusOr<World> RefreshWorld();
   int world_size() const;
   std::vector<int> AllRanks() const;
   // INVALID_ARGUMENT unless every rank is in [0, world size).

@@ -249,6 +249,16 @@ absl::Status ResolveSecurityOptions(const TokenFiles& token_files,
                       &options->tokens.join);
 }
 
+absl::StatusOr<std::string> ResolveSecret(const std::string& flag_file,
+                                          const char* var) {
+  std::string secret;
+  if (absl::Status status = ResolveToken(flag_file, var, &secret);
+      !status.ok()) {
+    return status;
+  }
+  return secret;
+}
+
 bool IsLoopbackAddress(const std::string& address) {
   const std::string host = absl::AsciiStrToLower(HostOf(address));
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");

@@ -26,6 +26,12 @@ namespace ccl {
 // True for 127.0.0.0/8, ::1 and localhost ("host:port" or a bare host).
 bool IsLoopbackAddress(const std::string& address);
 
+// One secret as the security flags read theirs: `flag_file`, else the file
+// in $<var>_FILE, else $<var>, trimmed of surrounding whitespace; empty when
+// none is given. INVALID_ARGUMENT for a file that is unreadable or empty.
+absl::StatusOr<std::string> ResolveSecret(const std::string& flag_file,
+                                          const char* var);
+
 struct ServerSecurity {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // What the operator should hear about (plaintext or no token on a

@@ -16,7 +16,7 @@ packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev
-  libgloo-dev libcli11-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
+  libgloo-dev libcli11-dev libcpp-httplib-dev libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev
 )
 if [[ "${1:-}" != "--build" ]]; then
   packages+=(
@@ -43,6 +43,13 @@ done
 # (it would conflict on /usr/bin/kubectl) does as well.
 if [[ "${1:-}" != "--build" && "${1:-}" != "--python" ]]; then
   command -v kubectl >/dev/null || missing+=(kubernetes-client)
+  # The console's browser test: Debian's chromium, driven by puppeteer-core
+  # from npm under node. A node from elsewhere (NodeSource's carries its own
+  # npm, and conflicts with Debian's npm) does as well.
+  dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed" ||
+    missing+=(chromium)
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
 fi
 if ((${#missing[@]} == 0)); then
   exit 0

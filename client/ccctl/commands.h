@@ -20,6 +20,7 @@ void AddDebugCommands(CLI::App& app, Globals& globals, int& exit_code);
 void AddDebugTraceCommand(CLI::App& debug, Globals& globals, int& exit_code);
 void AddHealthCommand(CLI::App& app, Globals& globals, int& exit_code);
 void AddDoctorCommand(CLI::App& app, Globals& globals, int& exit_code);
+void AddConsoleCommand(CLI::App& app, Globals& globals, int& exit_code);
 
 // The groups table of `ccctl status` and `ccctl group ls`.
 void PrintGroups(const RankResults<WorkerInfo>& infos);

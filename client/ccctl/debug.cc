@@ -6,10 +6,39 @@
 #include "absl/strings/str_format.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/diagnose.h"
+#include "client/ccctl/documents.h"
 #include "client/ccctl/format.h"
 #include "client/ccctl/json.h"
 
 namespace ccl::ctl {
+namespace {
+
+std::vector<int> GroupOrWorld(const ClusterClient& client) {
+  return client.GroupRanks().empty() ? client.AllRanks() : client.GroupRanks();
+}
+
+}  // namespace
+
+nlohmann::json OpsDocument(ClusterClient& client, int limit) {
+  const std::vector<int> ranks = GroupOrWorld(client);
+  std::vector<OpLog> logs;
+  nlohmann::json out = nlohmann::json::array();
+  nlohmann::json errors = nlohmann::json::array();
+  for (const auto& r : client.OpLogs(ranks, client.group(), limit)) {
+    if (r.result.ok()) {
+      logs.push_back(*r.result);
+      out.push_back(ToJson(*r.result));
+    } else {
+      errors.push_back(
+          {{"rank", r.rank}, {"error", StatusText(r.result.status())}});
+    }
+  }
+  return {{"group", client.group()},
+          {"ranks", out},
+          {"diagnosis", Diagnose(logs, ranks)},
+          {"errors", errors}};
+}
+
 namespace {
 
 int DebugOps(Globals& globals, int limit) {
@@ -18,9 +47,16 @@ int DebugOps(Globals& globals, int limit) {
   }
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  const std::vector<int> ranks = (*client)->GroupRanks().empty()
-                                     ? (*client)->AllRanks()
-                                     : (*client)->GroupRanks();
+  if (globals.json()) {
+    const nlohmann::json document = OpsDocument(**client, limit);
+    for (const auto& error : document["errors"]) {
+      std::cerr << "ccctl: rank " << error["rank"].get<int>() << ": "
+                << error["error"].get<std::string>() << "\n";
+    }
+    PrintJson(document);
+    return document["errors"].empty() ? kExitOk : kExitFailure;
+  }
+  const std::vector<int> ranks = GroupOrWorld(**client);
   const auto results = (*client)->OpLogs(ranks, globals.group, limit);
   const bool failed = ReportRankErrors(results);
   std::vector<OpLog> logs;
@@ -28,15 +64,6 @@ int DebugOps(Globals& globals, int limit) {
     if (r.result.ok()) logs.push_back(*r.result);
   }
   const std::vector<std::string> diagnosis = Diagnose(logs, ranks);
-  if (globals.json()) {
-    nlohmann::json document = {{"group", globals.group}};
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& log : logs) out.push_back(ToJson(log));
-    document["ranks"] = out;
-    document["diagnosis"] = diagnosis;
-    PrintJson(document);
-    return failed ? kExitFailure : kExitOk;
-  }
   Table table({"RANK", "SEQ", "OP", "STATE", "TIME_US", "AGE", "ERROR"});
   for (const OpLog& log : logs) {
     for (const OpRecord& record : log.records) {

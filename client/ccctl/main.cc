@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   AddHealthCommand(app, globals, exit_code);
   AddBenchCommand(app, globals, exit_code);
   AddDoctorCommand(app, globals, exit_code);
+  AddConsoleCommand(app, globals, exit_code);
   AddClusterCommands(app, globals, exit_code);
   AddRunCommand(app, globals, exit_code);
   AddCompletionCommand(app, exit_code);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/ccctl/commands.h"
+#include "client/ccctl/documents.h"
 #include "client/ccctl/format.h"
 #include "client/ccctl/json.h"
 #include "client/ccctl/values.h"
@@ -30,25 +31,33 @@ absl::StatusOr<std::vector<int>> SelectRanks(const ClusterClient& client,
   return ranks;
 }
 
+}  // namespace
+
+nlohmann::json WorldDocument(ClusterClient& client) {
+  nlohmann::json document = ToJson(client.world());
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& info : client.Info(client.AllRanks())) {
+    workers.push_back(
+        info.result.ok()
+            ? ToJson(*info.result)
+            : nlohmann::json{{"rank", info.rank},
+                             {"error", StatusText(info.result.status())}});
+  }
+  document["workers"] = workers;
+  return document;
+}
+
+namespace {
+
 int Status(Globals& globals) {
   auto client = Connect(globals);
   if (!client.ok()) return Fail(client.status());
-  const World& world = (*client)->world();
-  const auto infos = (*client)->Info((*client)->AllRanks());
   if (globals.json()) {
-    nlohmann::json document = ToJson(world);
-    nlohmann::json workers = nlohmann::json::array();
-    for (const auto& info : infos) {
-      workers.push_back(
-          info.result.ok()
-              ? ToJson(*info.result)
-              : nlohmann::json{{"rank", info.rank},
-                               {"error", StatusText(info.result.status())}});
-    }
-    document["workers"] = workers;
-    PrintJson(document);
+    PrintJson(WorldDocument(**client));
     return kExitOk;
   }
+  const World& world = (*client)->world();
+  const auto infos = (*client)->Info((*client)->AllRanks());
   std::cout << "coordinator: " << (*client)->options().coordinator
             << "\ngeneration:  " << world.generation
             << "\nworld size:  " << world.world_size << " ("

@@ -299,6 +299,17 @@ absl::Status internal::ClientImpl::AwaitNextGeneration(
   return absl::OkStatus();
 }
 
+absl::Status internal::ClientImpl::RefreshWorld() {
+  absl::StatusOr<v1::World> latest = coordinator->GetWorld();
+  if (!latest.ok()) {
+    return absl::Status(latest.status().code(),
+                        absl::StrCat("coordinator ", options.coordinator, ": ",
+                                     latest.status().message()));
+  }
+  Adopt(internal::ToNative(*latest));
+  return absl::OkStatus();
+}
+
 void internal::ClientImpl::Adopt(World next) {
   windows_->ForgetAll();
   // A rank the coordinator does not list right now (its worker has not

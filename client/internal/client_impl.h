@@ -151,6 +151,9 @@ struct ClientImpl {
   // the world is re-forming, waits for the next generation (within the
   // client's timeout), moves the client to it and tells options.on_reform;
   // OK then. Otherwise, or if none begins in time, an error that says so.
+  // Asks the coordinator for the world now and adopts it
+  // (ClusterClient::RefreshWorld).
+  absl::Status RefreshWorld();
   absl::Status AwaitNextGeneration(const absl::Status& refusal);
   // Submits `ops[i]` (stamped) to the group's i-th rank.
   RankResults<OpResult> SubmitEach(std::vector<v1::OpRequest> ops);
