@@ -148,16 +148,24 @@ async function main() {
   await page.$eval("#bench-max", (n) => { n.value = "256K"; });
   await page.$eval("#bench-factor", (n) => { n.value = "4"; });
   await page.$eval("#bench-iters", (n) => { n.value = "3"; });
+  // The first sweep becomes the baseline the second is drawn beside.
   await page.click("#bench-run");
   await page.waitForSelector("#bench-chart polyline.series.current", { timeout: 120000 });
+  await page.click("#bench-save");
+  await page.waitForSelector("#bench-chart polyline.series.baseline", { timeout: 10000 });
+  await page.$eval("#bench-status", (n) => { n.textContent = ""; });
+  await page.click("#bench-run");
+  await page.waitForFunction(() => document.querySelector("#bench-status").textContent.includes("job 2): done"),
+                             { timeout: 120000 });
   const benchRows = await page.$$eval("#bench-table tr", (rows) => rows.length - 1);
   if (benchRows !== 5) fail(`bench table has ${benchRows} rows, want 5 (1K to 256K by 4)`);
   const benchStatus = await text(page, "#bench-status");
   if (!benchStatus.includes("done")) fail(`bench status says '${benchStatus}'`);
-  await page.click("#bench-save");
+  const ratios = await page.$$eval("#bench-table tr td:last-child", (cells) => cells.map((c) => c.textContent));
+  if (!ratios.every((r) => r.endsWith("x"))) fail(`the bench table's ratios to the baseline: ${ratios}`);
   await shot(page, "bench");
   expectNoErrors(page, "Bench");
-  log(`bench from the page: ${benchRows} sizes drawn (${benchStatus})`);
+  log(`bench from the page: ${benchRows} sizes drawn beside the first sweep as baseline, ratios ${ratios.join(" ")} (${benchStatus})`);
 
   // The doctor from the page: the heatmap of every pair; a click on a cell
   // shows that pair's ops in the timeline.
@@ -190,9 +198,12 @@ async function main() {
                              { timeout: 20000 });
   const diagnosis = await text(page, "#diagnosis");
   if (!diagnosis.includes("1")) fail(`the diagnosis does not name rank 1: ${diagnosis}`);
+  // The doctor's and the bench's ops of the last minute make a rate.
+  const opsRate = Number(await text(page, "#ops-rate"));
+  if (!(opsRate > 0)) fail(`the Ops page shows ${opsRate} ops/s after the bench and the doctor`);
   await shot(page, "ops");
   expectNoErrors(page, "Ops");
-  log(`the lone recv is highlighted; diagnosis: ${diagnosis}`);
+  log(`the lone recv is highlighted (${opsRate} ops/s over the last minute); diagnosis: ${diagnosis}`);
 
   // A worker killed with -9 shows as lost; its replacement brings the next
   // generation. A re-form mid-page leaves the page showing the world.

@@ -283,7 +283,7 @@ function noteRates(doc) {
     for (const record of log.records) {
       const workState = stripPrefix(record.state, "WORK_STATE_");
       if (workState !== "completed") continue;
-      const ended = Number(record.enqueued_unix_us) / 1000 + (record.timing.total_us || 0) / 1000;
+      const ended = Number(record.timing.enqueued_unix_us) / 1000 + (record.timing.total_us || 0) / 1000;
       if (!(ended > 0)) continue;
       state.opsSeen.set(`${doc.group}/${record.generation}/${record.seq}/${log.rank}`,
                         { op: `${doc.group}/${record.generation}/${record.seq}`, ended,
@@ -579,7 +579,7 @@ async function startJob(kind, body, status, onDone) {
 
 function drawChart(node, rows, baseline, pick, { logY, unit, title }) {
   clear(node);
-  const W = 720, H = 300, L = 64, R = 16, T = 24, B = 40;
+  const W = 720, H = 300, L = 70, R = 30, T = 28, B = 40;
   const all = [...rows, ...(baseline || [])];
   if (!all.length) return;
   const sizes = all.map((r) => r.size).filter((s) => s > 0);
@@ -595,14 +595,17 @@ function drawChart(node, rows, baseline, pick, { logY, unit, title }) {
   node.append(svg("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis-line" }));
   node.append(svg("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis-line" }));
   for (const s of [...new Set(sizes)].sort((a, b) => a - b)) {
-    node.append(svg("text", { x: fx(s), y: H - B + 16, class: "axis", "text-anchor": "middle" }, formatBytes(s).replace(" ", "")));
+    node.append(svg("text", { x: fx(s), y: H - B + 16, class: "axis", "text-anchor": "middle" }, sizeLabel(s)));
   }
   for (let i = 0; i <= 4; i++) {
     const v = logY ? Math.pow(10, Math.log10(yMin) + (Math.log10(yMax) - Math.log10(yMin)) * i / 4) : (yMax * i) / 4;
     node.append(svg("line", { x1: L, x2: W - R, y1: fy(v), y2: fy(v), class: "tick" }));
-    node.append(svg("text", { x: L - 6, y: fy(v) + 4, class: "axis", "text-anchor": "end" }, v.toPrecision(3)));
+    node.append(svg("text", { x: L - 6, y: fy(v) + 4, class: "axis", "text-anchor": "end" },
+                    unit.endsWith("us") ? formatUs(v) : v.toPrecision(3)));
   }
-  node.append(svg("text", { x: 12, y: T + 10, class: "axis" }, unit));
+  const middle = (T + H - B) / 2;
+  node.append(svg("text", { x: 12, y: middle, class: "axis", "text-anchor": "middle",
+                            transform: `rotate(-90 12 ${middle})` }, unit));
   const series = (data, cls) => {
     const points = data.filter((r) => pick(r) > 0);
     if (!points.length) return;
@@ -619,13 +622,21 @@ function drawChart(node, rows, baseline, pick, { logY, unit, title }) {
   if (baseline) node.append(svg("text", { x: W - R - 70, y: 16, class: "legend baseline" }, "- - baseline"));
 }
 
+// 1K, 64K, 4M: the sizes of a sweep, as nccl-tests' -b/-e write them.
+function sizeLabel(bytes) {
+  for (const [unit, scale] of [["G", 1 << 30], ["M", 1 << 20], ["K", 1 << 10]]) {
+    if (bytes >= scale && bytes % scale === 0) return `${bytes / scale}${unit}`;
+  }
+  return `${bytes}`;
+}
+
 function renderBench() {
   const doc = state.bench;
   const baselineRows = state.baseline ? state.baseline.rows : null;
   const rows = doc ? doc.rows : [];
   const title = doc ? `${doc.op}, ${doc.ranks} ranks, ${doc.type}` : "baseline";
   drawChart($("bench-chart"), rows, baselineRows, (r) => r.busbw, { logY: false, unit: "busbw GB/s", title });
-  drawChart($("bench-time-chart"), rows, baselineRows, (r) => r.time_us, { logY: true, unit: "time us", title: "time per op" });
+  drawChart($("bench-time-chart"), rows, baselineRows, (r) => r.time_us, { logY: true, unit: "time per op, us", title: "time per op (out of place)" });
   const table = $("bench-table");
   clear(table);
   if (!doc) return;
