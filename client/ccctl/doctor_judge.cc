@@ -855,17 +855,39 @@ Rounds InRounds(const std::vector<std::pair<int, int>>& pairs) {
 
 Verdict Confirmed(const Verdict& first, Verdict second,
                   const std::vector<Rank>& ranks) {
-  const auto suspected = SuspectPairs(first, ranks);
-  const std::set<std::pair<int, int>> before(suspected.begin(),
-                                             suspected.end());
+  using PairSet = std::set<std::pair<int, int>>;
+  auto pairs_of = [&](const std::vector<Finding>& findings) {
+    Verdict verdict;
+    verdict.findings = findings;
+    const auto pairs = SuspectPairs(verdict, ranks);
+    return PairSet(pairs.begin(), pairs.end());
+  };
+  auto within = [](const PairSet& pairs, const PairSet& suspected) {
+    return !pairs.empty() &&
+           std::all_of(pairs.begin(), pairs.end(),
+                       [&](const auto& p) { return suspected.count(p) > 0; });
+  };
+  const PairSet before = pairs_of(first.findings);
+  const PairSet after = pairs_of(second.findings);
   std::vector<Finding> kept;
+  std::vector<PairSet> kept_pairs;
   for (Finding& finding : second.findings) {
-    Verdict alone;
-    alone.findings.push_back(finding);
-    const auto pairs = SuspectPairs(alone, ranks);
-    if (std::all_of(pairs.begin(), pairs.end(),
-                    [&](const auto& p) { return before.count(p) > 0; })) {
+    PairSet pairs = pairs_of({finding});
+    // A finding on no pair (a broken cell, the group against its baseline)
+    // needs no second look.
+    if (pairs.empty() || within(pairs, before)) {
       kept.push_back(std::move(finding));
+      kept_pairs.push_back(std::move(pairs));
+    }
+  }
+  for (const Finding& finding : first.findings) {
+    const PairSet pairs = pairs_of({finding});
+    const bool known =
+        std::any_of(kept_pairs.begin(), kept_pairs.end(),
+                    [&](const PairSet& other) { return within(pairs, other); });
+    if (!known && within(pairs, after)) {
+      kept.push_back(finding);
+      kept_pairs.push_back(pairs);
     }
   }
   second.findings = std::move(kept);

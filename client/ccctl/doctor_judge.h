@@ -137,9 +137,12 @@ Rounds InRounds(const std::vector<std::pair<int, int>>& pairs);
 // times, chance is rarely slow twice.
 void KeepBest(std::vector<Cell>& cells, const std::vector<Cell>& again);
 
-// The verdict after the suspects were measured again: `second`'s findings,
-// less those on pairs `first` did not suspect (new suspects are one
-// measurement old: chance, until measured again).
+// The verdict after the suspects were measured again: what both verdicts
+// had. `second`'s findings on pairs `first` suspected (new suspects are one
+// measurement old: chance, until measured again), and `first`'s findings
+// whose pairs `second` suspected as part of a wider finding: a slow link
+// seen again inside a rank's finding (its rank's latency was also off, by
+// chance, the second time) is still the link, seen twice.
 Verdict Confirmed(const Verdict& first, Verdict second,
                   const std::vector<Rank>& ranks);
 

@@ -142,6 +142,47 @@ TEST(DoctorJudgeTest, SuspectPairsAreMeasuredAgainInDisjointRounds) {
   EXPECT_EQ(cells[1].latency_us, 20.0);
 }
 
+Finding Blaming(Blame blame, std::vector<int> ranks, std::string metric) {
+  Finding finding;
+  finding.blame = blame;
+  finding.ranks = std::move(ranks);
+  finding.metric = std::move(metric);
+  return finding;
+}
+
+// What both verdicts had is named, whichever of the two was the narrower.
+// The case from a loaded run (doctor_faults_test, link 0-4 throttled): the
+// first verdict named the link, the second named rank 0 by latency with the
+// link's bandwidth as its evidence; neither was named before.
+TEST(DoctorJudgeTest, ConfirmedNamesWhatBothVerdictsHad) {
+  const std::vector<Rank> ranks = Cluster{8, 2}.ranks();
+  Verdict link, rank, other_rank, broken;
+  link.findings = {Blaming(Blame::kLink, {0, 4}, "bandwidth")};
+  rank.findings = {Blaming(Blame::kRank, {0}, "latency")};
+  other_rank.findings = {Blaming(Blame::kRank, {3}, "latency")};
+  broken.findings = {Blaming(Blame::kCluster, {}, "baseline")};
+
+  // Narrower the second time: the link, inside the first verdict's rank.
+  Verdict kept = Confirmed(rank, link, ranks);
+  ASSERT_EQ(kept.findings.size(), 1u);
+  EXPECT_EQ(kept.findings[0].blame, Blame::kLink);
+  // Wider the second time: the link still, not the rank (its other pairs
+  // were suspected once).
+  kept = Confirmed(link, rank, ranks);
+  ASSERT_EQ(kept.findings.size(), 1u);
+  EXPECT_EQ(kept.findings[0].blame, Blame::kLink);
+  EXPECT_EQ(kept.findings[0].ranks, (std::vector<int>{0, 4}));
+  // Seen twice the same: once.
+  kept = Confirmed(rank, rank, ranks);
+  ASSERT_EQ(kept.findings.size(), 1u);
+  EXPECT_EQ(kept.findings[0].blame, Blame::kRank);
+  // Seen once each, on pairs the other did not suspect: chance, twice.
+  EXPECT_TRUE(Confirmed(link, other_rank, ranks).findings.empty());
+  EXPECT_TRUE(Confirmed(other_rank, link, ranks).findings.empty());
+  // A finding on no pair stands as the second verdict has it.
+  EXPECT_EQ(Confirmed(Verdict{}, broken, ranks).findings.size(), 1u);
+}
+
 // The finder's record over seeded runs of one condition: how often the
 // planted fault was named first, and how often anything else was named.
 struct Record {
