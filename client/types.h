@@ -34,8 +34,13 @@ using RankResults = std::vector<RankResult<T>>;
 // ---------------------------------------------------------------------------
 // The world, as the coordinator knows it
 
-enum class MemberState { kUnknown, kJoining, kReady, kLost, kLeft };
-enum class WorldState { kUnknown, kForming, kComplete, kDegraded };
+// The states are common/types.h's, shared with the services.
+using ::ccl::MemberState;
+using ::ccl::MemberStateName;
+using ::ccl::WorkState;
+using ::ccl::WorkStateName;
+using ::ccl::WorldState;
+using ::ccl::WorldStateName;
 
 struct Member {
   int rank = 0;
@@ -165,8 +170,6 @@ struct Op {
   // exchange; a mismatch then hangs or corrupts instead of failing).
   bool skip_agreement = false;
 };
-
-enum class WorkState { kUnknown, kQueued, kRunning, kCompleted, kFailed };
 
 // Timing of one op as a worker saw it.
 struct OpTiming {
@@ -300,10 +303,6 @@ struct OpLog {
   int64_t now_unix_us = 0;        // the worker's clock when it answered
 };
 
-// "queued", "running", "completed", "failed", "unknown".
-std::string WorkStateName(WorkState state);
-std::string MemberStateName(MemberState state);
-std::string WorldStateName(WorldState state);
 // The names ccctl and experiments accept: "zeros", "rank+1", "empty", ...
 std::string FillKindName(FillKind kind);
 std::optional<FillKind> FillKindByName(std::string_view name);

@@ -64,4 +64,93 @@ v1::OpKind ToProto(OpKind kind) {
   return static_cast<v1::OpKind>(static_cast<int>(kind) + 1);
 }
 
+MemberState FromProto(v1::MemberState state) {
+  switch (state) {
+    case v1::MEMBER_STATE_JOINING:
+      return MemberState::kJoining;
+    case v1::MEMBER_STATE_READY:
+      return MemberState::kReady;
+    case v1::MEMBER_STATE_LOST:
+      return MemberState::kLost;
+    case v1::MEMBER_STATE_LEFT:
+      return MemberState::kLeft;
+    default:
+      return MemberState::kUnknown;
+  }
+}
+
+v1::MemberState ToProto(MemberState state) {
+  switch (state) {
+    case MemberState::kJoining:
+      return v1::MEMBER_STATE_JOINING;
+    case MemberState::kReady:
+      return v1::MEMBER_STATE_READY;
+    case MemberState::kLost:
+      return v1::MEMBER_STATE_LOST;
+    case MemberState::kLeft:
+      return v1::MEMBER_STATE_LEFT;
+    case MemberState::kUnknown:
+      break;
+  }
+  return v1::MEMBER_STATE_UNSPECIFIED;
+}
+
+WorldState FromProto(v1::WorldState state) {
+  switch (state) {
+    case v1::WORLD_STATE_FORMING:
+      return WorldState::kForming;
+    case v1::WORLD_STATE_COMPLETE:
+      return WorldState::kComplete;
+    case v1::WORLD_STATE_DEGRADED:
+      return WorldState::kDegraded;
+    default:
+      return WorldState::kUnknown;
+  }
+}
+
+v1::WorldState ToProto(WorldState state) {
+  switch (state) {
+    case WorldState::kForming:
+      return v1::WORLD_STATE_FORMING;
+    case WorldState::kComplete:
+      return v1::WORLD_STATE_COMPLETE;
+    case WorldState::kDegraded:
+      return v1::WORLD_STATE_DEGRADED;
+    case WorldState::kUnknown:
+      break;
+  }
+  return v1::WORLD_STATE_UNSPECIFIED;
+}
+
+WorkState FromProto(v1::WorkState state) {
+  switch (state) {
+    case v1::WORK_STATE_QUEUED:
+      return WorkState::kQueued;
+    case v1::WORK_STATE_RUNNING:
+      return WorkState::kRunning;
+    case v1::WORK_STATE_COMPLETED:
+      return WorkState::kCompleted;
+    case v1::WORK_STATE_FAILED:
+      return WorkState::kFailed;
+    default:
+      return WorkState::kUnknown;
+  }
+}
+
+v1::WorkState ToProto(WorkState state) {
+  switch (state) {
+    case WorkState::kQueued:
+      return v1::WORK_STATE_QUEUED;
+    case WorkState::kRunning:
+      return v1::WORK_STATE_RUNNING;
+    case WorkState::kCompleted:
+      return v1::WORK_STATE_COMPLETED;
+    case WorkState::kFailed:
+      return v1::WORK_STATE_FAILED;
+    case WorkState::kUnknown:
+      break;
+  }
+  return v1::WORK_STATE_UNSPECIFIED;
+}
+
 }  // namespace ccl

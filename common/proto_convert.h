@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "ccl/v1/common.pb.h"
+#include "ccl/v1/coordinator.pb.h"
 #include "ccl/v1/worker.pb.h"
 #include "common/types.h"
 
@@ -20,5 +21,14 @@ v1::Device ToProto(const Device& device);
 
 absl::StatusOr<OpKind> FromProto(v1::OpKind kind);
 v1::OpKind ToProto(OpKind kind);
+
+// States: an unspecified or unknown wire value reads as kUnknown, which
+// goes out as UNSPECIFIED.
+MemberState FromProto(v1::MemberState state);
+v1::MemberState ToProto(MemberState state);
+WorldState FromProto(v1::WorldState state);
+v1::WorldState ToProto(WorldState state);
+WorkState FromProto(v1::WorkState state);
+v1::WorkState ToProto(WorkState state);
 
 }  // namespace ccl

@@ -73,6 +73,52 @@ bool TakesPremulScale(DType dtype) {
 }
 std::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
 
+std::string_view MemberStateName(MemberState state) {
+  switch (state) {
+    case MemberState::kJoining:
+      return "joining";
+    case MemberState::kReady:
+      return "ready";
+    case MemberState::kLost:
+      return "lost";
+    case MemberState::kLeft:
+      return "left";
+    case MemberState::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string_view WorldStateName(WorldState state) {
+  switch (state) {
+    case WorldState::kForming:
+      return "forming";
+    case WorldState::kComplete:
+      return "complete";
+    case WorldState::kDegraded:
+      return "degraded";
+    case WorldState::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string_view WorkStateName(WorkState state) {
+  switch (state) {
+    case WorkState::kQueued:
+      return "queued";
+    case WorkState::kRunning:
+      return "running";
+    case WorkState::kCompleted:
+      return "completed";
+    case WorkState::kFailed:
+      return "failed";
+    case WorkState::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 absl::StatusOr<DType> ParseDType(std::string_view name) {
   const std::string lower = absl::AsciiStrToLower(std::string(name));
   for (const auto& entry : kDTypes) {

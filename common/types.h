@@ -30,6 +30,19 @@ enum class OpKind {
   kNop,
 };
 
+// A rank's membership as the coordinator records it, the world's state,
+// and an op's state: one vocabulary for the coordinator, the worker and the
+// client (each used to carry its own copy). kUnknown is what a reader makes
+// of a value it does not know (a newer peer's); no service sets it.
+enum class MemberState { kUnknown, kJoining, kReady, kLost, kLeft };
+enum class WorldState { kUnknown, kForming, kComplete, kDegraded };
+enum class WorkState { kUnknown, kQueued, kRunning, kCompleted, kFailed };
+
+// "joining", "complete", "running", ...; "unknown" for kUnknown.
+std::string_view MemberStateName(MemberState state);
+std::string_view WorldStateName(WorldState state);
+std::string_view WorkStateName(WorkState state);
+
 struct Device {
   DeviceKind kind = DeviceKind::kCpu;
   int index = 0;

@@ -38,32 +38,6 @@ constexpr int kLoggedWorldSize = 256;
 
 }  // namespace
 
-std::string_view MemberStateName(MemberState state) {
-  switch (state) {
-    case MemberState::kJoining:
-      return "JOINING";
-    case MemberState::kReady:
-      return "READY";
-    case MemberState::kLost:
-      return "LOST";
-    case MemberState::kLeft:
-      return "LEFT";
-  }
-  return "UNKNOWN";
-}
-
-std::string_view WorldStateName(WorldState state) {
-  switch (state) {
-    case WorldState::kForming:
-      return "FORMING";
-    case WorldState::kComplete:
-      return "COMPLETE";
-    case WorldState::kDegraded:
-      return "DEGRADED";
-  }
-  return "UNKNOWN";
-}
-
 absl::StatusOr<std::unique_ptr<CoordinatorCore>> CoordinatorCore::Create(
     CoordinatorOptions options) {
   if (options.world_size <= 0 || options.world_size > kMaxWorldSize) {

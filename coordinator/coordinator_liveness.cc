@@ -3,6 +3,7 @@
 // declares silent members lost.
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/elapsed.h"
 #include "common/world_keys.h"
@@ -56,10 +57,10 @@ absl::StatusOr<HeartbeatResult> CoordinatorCore::HeartbeatLocked(
     return s;
   }
   if (!member->live()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("heartbeat: rank ", request.rank, " is ",
-                     std::string(MemberStateName(member->state())),
-                     " in generation ", generation_, "; re-register"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "heartbeat: rank ", request.rank, " is ",
+        absl::AsciiStrToUpper(std::string(MemberStateName(member->state()))),
+        " in generation ", generation_, "; re-register"));
   }
   // Even a stale heartbeat proves the process is alive.
   member->last_seen = Now();

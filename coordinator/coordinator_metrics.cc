@@ -3,6 +3,8 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/ascii.h"
+
 namespace ccl::coordinator {
 
 void RegisterCoordinatorMetrics(MetricsRegistry& registry,
@@ -43,11 +45,14 @@ void RegisterCoordinatorMetrics(MetricsRegistry& registry,
           static_cast<double>(world.generation));
     r.ClearSeries("ccl_coordinator_world_state");
     r.Set("ccl_coordinator_world_state",
-          {{"state", std::string(WorldStateName(world.state))}}, 1);
+          {{"state",
+            absl::AsciiStrToUpper(std::string(WorldStateName(world.state)))}},
+          1);
     std::map<std::string, int> by_state;
     r.ClearSeries("ccl_coordinator_heartbeat_age_seconds");
     for (const MemberInfo& member : world.members) {
-      ++by_state[std::string(MemberStateName(member.state))];
+      ++by_state[absl::AsciiStrToUpper(
+          std::string(MemberStateName(member.state)))];
       r.Set("ccl_coordinator_heartbeat_age_seconds",
             {{"rank", std::to_string(member.rank)}},
             static_cast<double>(member.last_seen_age_ms) / 1000.0);

@@ -35,32 +35,6 @@ class ParkedReactor final : public grpc::ServerUnaryReactor {
   const CoordinatorCore::WaitId id_;
 };
 
-v1::MemberState ToProto(MemberState state) {
-  switch (state) {
-    case MemberState::kJoining:
-      return v1::MEMBER_STATE_JOINING;
-    case MemberState::kReady:
-      return v1::MEMBER_STATE_READY;
-    case MemberState::kLost:
-      return v1::MEMBER_STATE_LOST;
-    case MemberState::kLeft:
-      return v1::MEMBER_STATE_LEFT;
-  }
-  return v1::MEMBER_STATE_UNSPECIFIED;
-}
-
-v1::WorldState ToProto(WorldState state) {
-  switch (state) {
-    case WorldState::kForming:
-      return v1::WORLD_STATE_FORMING;
-    case WorldState::kComplete:
-      return v1::WORLD_STATE_COMPLETE;
-    case WorldState::kDegraded:
-      return v1::WORLD_STATE_DEGRADED;
-  }
-  return v1::WORLD_STATE_UNSPECIFIED;
-}
-
 // Calls that never wait answer on the handler's thread.
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const absl::Status& status) {

@@ -9,14 +9,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/types.h"
 
 namespace ccl::coordinator {
 
-enum class MemberState { kJoining, kReady, kLost, kLeft };
-enum class WorldState { kForming, kComplete, kDegraded };
-
-std::string_view MemberStateName(MemberState state);
-std::string_view WorldStateName(WorldState state);
+// The states are common/types.h's, shared with the worker and the client.
+using ::ccl::MemberState;
+using ::ccl::MemberStateName;
+using ::ccl::WorldState;
+using ::ccl::WorldStateName;
 
 // Identifies a parked call so that its caller can cancel it (the client went
 // away).

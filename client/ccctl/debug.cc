@@ -75,13 +75,13 @@ int DebugOps(Globals& globals, int limit) {
             absl::StrCat(absl::StatusCodeToString(record.error.code()), ": ",
                          std::string(record.error.message()).substr(0, 80));
       }
-      table.AddRow({absl::StrCat(log.rank), absl::StrCat(record.seq),
-                    DescribeRecord(record), WorkStateName(record.state),
-                    absl::StrFormat("%.1f", record.timing.device_us),
-                    record.timing.enqueued_unix_us > 0
-                        ? absl::StrFormat("%.1fs", age_s)
-                        : "-",
-                    error});
+      table.AddRow(
+          {absl::StrCat(log.rank), absl::StrCat(record.seq),
+           DescribeRecord(record), std::string(WorkStateName(record.state)),
+           absl::StrFormat("%.1f", record.timing.device_us),
+           record.timing.enqueued_unix_us > 0 ? absl::StrFormat("%.1fs", age_s)
+                                              : "-",
+           error});
     }
   }
   std::cout << "group " << globals.group << ", last " << limit

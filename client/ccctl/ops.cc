@@ -376,10 +376,10 @@ int RunWait(Globals& globals, const std::vector<std::string>& ids,
     entry["work"] = work;
     entry["rank"] = refs[i].rank;
     document.push_back(entry);
-    table.AddRow({work,
-                  status.kind ? std::string(OpKindName(*status.kind)) : "?",
-                  absl::StrCat(status.seq), WorkStateName(status.state),
-                  absl::StrFormat("%.1f", status.timing.device_us)});
+    table.AddRow(
+        {work, status.kind ? std::string(OpKindName(*status.kind)) : "?",
+         absl::StrCat(status.seq), std::string(WorkStateName(status.state)),
+         absl::StrFormat("%.1f", status.timing.device_us)});
   }
   if (globals.json()) {
     PrintJson(document);

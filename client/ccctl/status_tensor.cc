@@ -85,7 +85,8 @@ int Status(Globals& globals) {
     table.AddRow({absl::StrCat(member.rank), member.address,
                   member.host_id.empty() ? member.host
                                          : absl::StrCat("id:", member.host_id),
-                  DeviceName(member.device), MemberStateName(member.state),
+                  DeviceName(member.device),
+                  std::string(MemberStateName(member.state)),
                   absl::StrCat(member.last_seen_age_ms, "ms ago"), backend,
                   tensors, bytes});
   }

@@ -28,7 +28,8 @@ std::string TraceKindName(const OpRecord& record) {
 }
 
 std::string StateName(WorkState state) {
-  return state == WorkState::kUnknown ? "unspecified" : WorkStateName(state);
+  return state == WorkState::kUnknown ? "unspecified"
+                                      : std::string(WorkStateName(state));
 }
 
 bool IsKind(const OpRecord& record, OpKind kind) { return record.kind == kind; }

@@ -21,49 +21,6 @@ Device DeviceOf(const v1::Device& device) {
   return native.ok() ? *native : Device{};
 }
 
-MemberState ToNative(v1::MemberState state) {
-  switch (state) {
-    case v1::MEMBER_STATE_JOINING:
-      return MemberState::kJoining;
-    case v1::MEMBER_STATE_READY:
-      return MemberState::kReady;
-    case v1::MEMBER_STATE_LOST:
-      return MemberState::kLost;
-    case v1::MEMBER_STATE_LEFT:
-      return MemberState::kLeft;
-    default:
-      return MemberState::kUnknown;
-  }
-}
-
-WorldState ToNative(v1::WorldState state) {
-  switch (state) {
-    case v1::WORLD_STATE_FORMING:
-      return WorldState::kForming;
-    case v1::WORLD_STATE_COMPLETE:
-      return WorldState::kComplete;
-    case v1::WORLD_STATE_DEGRADED:
-      return WorldState::kDegraded;
-    default:
-      return WorldState::kUnknown;
-  }
-}
-
-WorkState ToNative(v1::WorkState state) {
-  switch (state) {
-    case v1::WORK_STATE_QUEUED:
-      return WorkState::kQueued;
-    case v1::WORK_STATE_RUNNING:
-      return WorkState::kRunning;
-    case v1::WORK_STATE_COMPLETED:
-      return WorkState::kCompleted;
-    case v1::WORK_STATE_FAILED:
-      return WorkState::kFailed;
-    default:
-      return WorkState::kUnknown;
-  }
-}
-
 v1::FillKind ToWire(FillKind kind) {
   switch (kind) {
     case FillKind::kZeros:
@@ -101,7 +58,7 @@ World ToNative(const v1::World& world) {
   World out;
   out.generation = world.generation();
   out.world_size = world.world_size();
-  out.state = ToNative(world.state());
+  out.state = ::ccl::FromProto(world.state());
   out.heartbeat_interval_ms = world.heartbeat_interval_ms();
   out.heartbeat_timeout_ms = world.heartbeat_timeout_ms();
   out.reforming_reason = world.reforming_reason();
@@ -114,7 +71,7 @@ World ToNative(const v1::World& world) {
     m.host_id = member.host_id();
     m.device_bus_id = member.device_bus_id();
     m.device = DeviceOf(member.device());
-    m.state = ToNative(member.state());
+    m.state = ::ccl::FromProto(member.state());
     m.last_seen_age_ms = member.last_seen_age_ms();
     m.worker_id = member.worker_id();
     m.tensor_count = member.tensor_count();
@@ -203,7 +160,7 @@ OpResult ToNative(const v1::OpResponse& response) {
   out.seq = response.seq();
   out.work_id = response.work_id();
   out.worker_id = response.worker_id();
-  out.state = ToNative(response.state());
+  out.state = ::ccl::FromProto(response.state());
   out.timing = ToNative(response.timing());
   return out;
 }
@@ -211,7 +168,7 @@ OpResult ToNative(const v1::OpResponse& response) {
 WorkStatus ToNative(const v1::WorkStatus& status) {
   WorkStatus out;
   out.work_id = status.work_id();
-  out.state = ToNative(status.state());
+  out.state = ::ccl::FromProto(status.state());
   out.kind = Optional<OpKind>(status.kind());
   out.group = status.group();
   out.seq = status.seq();
@@ -243,7 +200,7 @@ OpRecord ToNative(const v1::OpRecord& record) {
   out.reduce = Optional<ReduceOp>(record.reduce_op());
   out.input = record.input();
   out.output = record.output();
-  out.state = ToNative(record.state());
+  out.state = ::ccl::FromProto(record.state());
   out.timing = ToNative(record.timing());
   out.error = StatusFromCode(record.error_code(), record.error_message());
   out.work_id = record.work_id();

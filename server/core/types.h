@@ -51,7 +51,8 @@ struct OpSpec {
   bool async = false;
 };
 
-enum class WorkState { kQueued, kRunning, kCompleted, kFailed };
+// The op states are common/types.h's (kUnknown is never set here).
+using ::ccl::WorkState;
 
 struct BenchResult {
   // nccl-tests' time: wall time of the timed loop / iterations.

@@ -35,20 +35,6 @@ FillKind FillKindFromProto(v1::FillKind kind) {
 
 }  // namespace
 
-v1::WorkState StateToProto(WorkState state) {
-  switch (state) {
-    case WorkState::kQueued:
-      return v1::WORK_STATE_QUEUED;
-    case WorkState::kRunning:
-      return v1::WORK_STATE_RUNNING;
-    case WorkState::kCompleted:
-      return v1::WORK_STATE_COMPLETED;
-    case WorkState::kFailed:
-      return v1::WORK_STATE_FAILED;
-  }
-  return v1::WORK_STATE_UNSPECIFIED;
-}
-
 void GroupToProto(const GroupInfo& group, v1::GroupInfo* out) {
   out->set_name(group.name);
   for (int rank : group.ranks) out->add_ranks(rank);
@@ -136,7 +122,7 @@ v1::OpTiming TimingToProto(const OpTiming& timing) {
 void WorkToProto(const Work& work, v1::WorkStatus* out) {
   out->set_work_id(work.id());
   const WorkState state = work.state();
-  out->set_state(StateToProto(state));
+  out->set_state(ToProto(state));
   out->set_kind(ToProto(work.spec().kind));
   out->set_group(work.spec().group);
   out->set_seq(work.spec().seq);
@@ -196,7 +182,7 @@ void OpRecordToProto(const OpRecord& record, v1::OpRecord* out) {
   out->set_reduce_op(ToProto(record.spec.reduce_op));
   out->set_input(record.spec.input);
   out->set_output(record.spec.output);
-  out->set_state(StateToProto(record.state));
+  out->set_state(ToProto(record.state));
   *out->mutable_timing() = TimingToProto(record.timing);
   if (!record.status.ok()) {
     out->set_error_code(static_cast<int32_t>(record.status.code()));

@@ -14,7 +14,6 @@ absl::StatusOr<TensorMeta> TensorSpecFromProto(const v1::TensorSpec& spec);
 absl::StatusOr<Fill> FillFromProto(const v1::Fill& fill);
 BenchOptions BenchOptionsFromProto(const v1::BenchRequest& request);
 
-v1::WorkState StateToProto(WorkState state);
 v1::TensorInfo TensorInfoToProto(const TensorMeta& meta);
 v1::OpTiming TimingToProto(const OpTiming& timing);
 void WorkToProto(const Work& work, v1::WorkStatus* out);

@@ -395,29 +395,29 @@ void WorkerService::SubmitOp(const v1::OpRequest& request,
   // Copied first: the lambda below takes the spec.
   const std::string group = spec->group;
   const int64_t seq = spec->seq;
-  InGeneration(
-      spec->generation, request.timeout_ms(), group, seq, 1, call,
-      [this, spec = *std::move(spec), call, response] {
-        auto work = core_.Submit(spec);
-        if (!work.ok()) return call->Finish(work.status());
-        response->set_rank(core_.rank());
-        response->set_generation(core_.generation());
-        response->set_group(spec.group);
-        response->set_seq(spec.seq);
-        Work* raw = work->get();
-        if (spec.async) {
-          response->set_work_id(raw->id());
-          response->set_worker_id(identity_.worker_id);
-          response->set_state(StateToProto(raw->state()));
-          return call->Finish(absl::OkStatus());
-        }
-        AnswerWhenDone(
-            call, *work, WhyQueuedFor(spec.group, spec.seq), [raw, response] {
-              response->set_state(StateToProto(raw->state()));
-              *response->mutable_timing() = TimingToProto(raw->timing());
-              return raw->status();
-            });
-      });
+  InGeneration(spec->generation, request.timeout_ms(), group, seq, 1, call,
+               [this, spec = *std::move(spec), call, response] {
+                 auto work = core_.Submit(spec);
+                 if (!work.ok()) return call->Finish(work.status());
+                 response->set_rank(core_.rank());
+                 response->set_generation(core_.generation());
+                 response->set_group(spec.group);
+                 response->set_seq(spec.seq);
+                 Work* raw = work->get();
+                 if (spec.async) {
+                   response->set_work_id(raw->id());
+                   response->set_worker_id(identity_.worker_id);
+                   response->set_state(ToProto(raw->state()));
+                   return call->Finish(absl::OkStatus());
+                 }
+                 AnswerWhenDone(call, *work, WhyQueuedFor(spec.group, spec.seq),
+                                [raw, response] {
+                                  response->set_state(ToProto(raw->state()));
+                                  *response->mutable_timing() =
+                                      TimingToProto(raw->timing());
+                                  return raw->status();
+                                });
+               });
 }
 
 void WorkerService::SubmitPlan(SubmitPlanCall* call) {

@@ -217,8 +217,8 @@ absl::StatusOr<int64_t> LocalCluster::WaitUntilReady(
       const client::World& world = (*client)->world();
       last = absl::UnavailableError(absl::StrCat(
           "world of generation ", world.generation, " is ",
-          client::WorldStateName(world.state), " with ", world.members.size(),
-          " of ", world.world_size, " members"));
+          std::string(client::WorldStateName(world.state)), " with ",
+          world.members.size(), " of ", world.world_size, " members"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
