@@ -1,8 +1,8 @@
 // ccctl console: the HTTP side (cpp-httplib, Debian's libcpp-httplib-dev)
-// and the command. Reads answer from the cluster in this process, one
-// short-deadline client per request, so a page shows a re-forming or
-// unreachable cluster as it is now; runs (bench, doctor, trace) are ccctl
-// children (console_jobs.h).
+// and the command. Reads answer from the cluster in this process, on one
+// kept client that follows the world at each poll with a short deadline,
+// so a page shows a re-forming or unreachable cluster as it is now; runs
+// (bench, doctor, trace) are ccctl children (console_jobs.h).
 #include "client/ccctl/console.h"
 
 #include <httplib.h>
@@ -172,7 +172,6 @@ bool IsOpName(const std::string& text) {
   }
   return false;
 }
-bool IsDType(const std::string& text) { return IsName(text); }
 bool IsRank(const std::string& text) {
   int value = 0;
   return absl::SimpleAtoi(text, &value) && value >= -1 && value < (1 << 20);
@@ -195,7 +194,7 @@ absl::StatusOr<std::vector<std::string>> BenchArgv(const json& body) {
       {"stepfactor", "-f", "4", IsFactor, "a factor from 1.1 to 1024"},
       {"iters", "-n", "5", IsCount, "a count"},
       {"warmup", "-w", "2", IsCount, "a count"},
-      {"datatype", "-d", "float32", IsDType, "a dtype name such as float32"},
+      {"datatype", "-d", "float32", IsName, "a dtype name such as float32"},
       {"redop", "--op", "sum", IsName, "a reduce op such as sum"},
       {"root", "-r", "-1", IsRank, "a rank, or -1 for the default"},
       {"check", "-c", "1", IsCount, "0 or 1"},

@@ -170,17 +170,15 @@ absl::StatusOr<int64_t> ConsoleJobs::Start(const std::string& kind,
                                            std::chrono::milliseconds limit) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (stopping_) return absl::CancelledError("the console is stopping");
-  if (running_) {
-    for (const auto& [id, job] : jobs_) {
-      if (job.state != "running") continue;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "a ", job.kind, " (job ", id, ") is running since ",
-          std::chrono::duration_cast<std::chrono::seconds>(Clock::now() -
-                                                           job.started)
-              .count(),
-          " s; one run at a time, so that two runs do not measure each "
-          "other: wait for it to end"));
-    }
+  for (const auto& [id, job] : jobs_) {
+    if (job.state != "running") continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a ", job.kind, " (job ", id, ") is running since ",
+        std::chrono::duration_cast<std::chrono::seconds>(Clock::now() -
+                                                         job.started)
+            .count(),
+        " s; one run at a time, so that two runs do not measure each "
+        "other: wait for it to end"));
   }
   if (runner_.joinable()) runner_.join();  // the previous job, ended
   const int64_t id = next_id_++;
@@ -189,7 +187,6 @@ absl::StatusOr<int64_t> ConsoleJobs::Start(const std::string& kind,
   job.kind = kind;
   job.args = args;
   job.started = Clock::now();
-  running_ = true;
   while (jobs_.size() > kKeptJobs) jobs_.erase(jobs_.begin());
   runner_ = std::thread(&ConsoleJobs::Run, this, id, Argv(args), limit);
   return id;
@@ -213,7 +210,6 @@ void ConsoleJobs::Run(int64_t id, std::vector<std::string> argv,
   Job& job = jobs_[id];
   job.ended = Clock::now();
   job.pid = 0;
-  running_ = false;
   if (!result.ok()) {
     job.state = "failed";
     job.error = std::string(result.status().message());

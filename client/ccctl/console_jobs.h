@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -83,7 +84,6 @@ class ConsoleJobs {
   std::mutex mutex_;
   std::map<int64_t, Job> jobs_;
   int64_t next_id_ = 1;
-  bool running_ = false;
   bool stopping_ = false;
   std::thread runner_;
 };
