@@ -67,10 +67,7 @@ constexpr std::array<std::pair<std::string_view, ReduceOp>, 6> kReduceOps = {{
 
 size_t DTypeSize(DType dtype) { return Entry(dtype).size; }
 bool IsFloatingPoint(DType dtype) { return Entry(dtype).floating; }
-bool TakesPremulScale(DType dtype) {
-  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 ||
-         dtype == DType::kFloat32 || dtype == DType::kFloat64;
-}
+bool TakesPremulScale(DType dtype) { return IsFloatingPoint(dtype); }
 std::string_view DTypeName(DType dtype) { return Entry(dtype).name; }
 
 std::string_view MemberStateName(MemberState state) {

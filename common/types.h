@@ -84,8 +84,9 @@ struct TensorMeta {
 
 size_t DTypeSize(DType dtype);
 bool IsFloatingPoint(DType dtype);
-// The types premul_sum takes (float16, bfloat16, float32, float64): its
-// scale is a floating-point multiply, as in torch.distributed.
+// The types premul_sum takes: the floating-point ones, fp8 included (NCCL
+// scales those too); its scale is a floating-point multiply, which an
+// integer tensor would truncate.
 bool TakesPremulScale(DType dtype);
 // torch-style names: "float32", "bfloat16", "fp8_e4m3", ...
 std::string_view DTypeName(DType dtype);

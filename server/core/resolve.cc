@@ -249,8 +249,9 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
     // int32), which no backend should silently do; torch.distributed
     // refuses these types too.
     return fail(absl::StrCat(
-        "premul_sum scales in floating point and takes float16, bfloat16, "
-        "float32 or float64 tensors, not ",
+        "premul_sum scales in floating point and takes floating-point "
+        "tensors (float16, bfloat16, float32, float64, fp8_e4m3, fp8_e5m2), "
+        "not ",
         std::string(DTypeName(op.dtype)), "; use one of those, or sum"));
   }
   CCL_RETURN_IF_ERROR(comm.Supports(op.kind, op.dtype, op.reduce_op));

@@ -31,7 +31,8 @@ MOVE_ONLY = ("bfloat16", "fp8_e4m3", "fp8_e5m2")
 DTYPES = REDUCIBLE + MOVE_ONLY
 REDUCE_OPS = ("sum", "prod", "min", "max", "avg", "premul_sum")
 # premul_sum scales in floating point: the workers refuse it on other types.
-PREMUL_DTYPES = ("float16", "bfloat16", "float32", "float64")
+PREMUL_DTYPES = ("float16", "bfloat16", "float32", "float64", "fp8_e4m3",
+                 "fp8_e5m2")
 
 # numpy form of each dtype as the client reads it (widened for bf16/fp8).
 NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,

@@ -274,7 +274,6 @@ TEST(Validation, RefusesBadOpsBeforeQueueing) {
   ASSERT_TRUE(Alloc(c, "f8", DType::kFloat32, 8, {}).ok());
   ASSERT_TRUE(Alloc(c, "i4", DType::kInt32, 4, {}).ok());
   ASSERT_TRUE(Alloc(c, "bf", DType::kBFloat16, 4, {}).ok());
-  ASSERT_TRUE(Alloc(c, "e4", DType::kFp8E4M3, 4, {}).ok());
 
   auto code = [&](OpSpec spec) { return c.Submit(spec).status(); };
   auto expect = [&](absl::StatusCode want, OpSpec spec,
@@ -330,16 +329,6 @@ TEST(Validation, RefusesBadOpsBeforeQueueing) {
   premul.reduce_op = ReduceOp::kPremulSum;
   premul.premul_scale = 0.5;
   expect(S::kInvalidArgument, next(premul), "premul_sum");
-  if (!kCuda) {
-    // Gloo moves these types but cannot reduce them; NCCL reduces them
-    // (the reduce cases run them there).
-    expect(S::kUnimplemented, next(Op(OpKind::kAllReduce, 0, "bf")),
-           "bfloat16");
-    expect(S::kUnimplemented, next(Op(OpKind::kReduceScatter, 0, "e4")),
-           "fp8_e4m3");
-    OpSpec reduce = Op(OpKind::kReduce, 0, "bf");
-    expect(S::kUnimplemented, next(reduce), "NCCL");
-  }
   // A refused seq cannot be reused, and the next seq runs at once (well
   // within the 20 s gap timeout) with bfloat16 moving fine.
   EXPECT_EQ(c.Submit(Op(OpKind::kBarrier, 0)).status().code(),

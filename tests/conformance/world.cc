@@ -87,7 +87,12 @@ bool Close(DType dtype, double got, double want) {
   if (!IsFloatingPoint(dtype)) return got == want;
   double rel = 1e-6;
   if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) rel = 4e-3;
-  if (dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2) rel = 0.13;
+  // Each step of a reduction rounds (an e5m2 ulp is a quarter of the value
+  // at the bottom of a binade) and the order of the steps is the
+  // backend's: 7 + 3 + 16 is 24 one way and 28 the other in e5m2. The
+  // rounding itself is checked exactly by reduce_kernels_unit_tests and by
+  // conformance_*_test's NarrowFloatsRoundOnceAsNcclDoes.
+  if (dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2) rel = 0.25;
   return std::fabs(got - want) <= rel * std::max(1.0, std::fabs(want));
 }
 

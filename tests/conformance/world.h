@@ -87,12 +87,11 @@ inline constexpr OpKind kCollectives[] = {
     OpKind::kAllReduce, OpKind::kBroadcast,     OpKind::kReduce,
     OpKind::kAllGather, OpKind::kReduceScatter, OpKind::kGather,
     OpKind::kScatter,   OpKind::kAllToAll};
+// Every dtype: both backends reduce them all.
 inline constexpr DType kReducible[] = {
-    DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32,
-    DType::kInt64,   DType::kInt8,    DType::kUInt8};
-// What NCCL reduces besides (Gloo moves them but has no arithmetic for them).
-inline constexpr DType kReducibleOnNccl[] = {DType::kBFloat16, DType::kFp8E4M3,
-                                             DType::kFp8E5M2};
+    DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+    DType::kFp8E4M3, DType::kFp8E5M2, DType::kInt32,   DType::kInt64,
+    DType::kInt8,    DType::kUInt8};
 inline constexpr ReduceOp kReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd,
                                           ReduceOp::kMin, ReduceOp::kMax,
                                           ReduceOp::kAvg, ReduceOp::kPremulSum};

@@ -101,6 +101,12 @@ double Tolerance(DType dtype) {
       return 1e-6;
     case DType::kFloat64:
       return 1e-12;
+    case DType::kFp8E4M3:
+    case DType::kFp8E5M2:
+      // Each step rounds (to 3 or 2 mantissa bits) and the reference
+      // rounds once: sums of these small integers can land an ulp or two
+      // apart. NarrowFloatsRoundOnceAsNcclDoes checks the rounding exactly.
+      return 0.25;
     default:
       return 0;
   }
@@ -337,12 +343,10 @@ void ConformanceTest::Check(const Case& c) {
 }
 
 TEST_P(ConformanceTest, ReductionsEveryOpAndDtype) {
-  std::vector<DType> dtypes = {
-      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32,
-      DType::kInt64,   DType::kInt8,    DType::kUInt8};
-#ifdef CCL_CONFORMANCE_CUDA
-  dtypes.push_back(DType::kBFloat16);  // Gloo cannot reduce it; NCCL can
-#endif
+  const std::vector<DType> dtypes = {
+      DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+      DType::kFp8E4M3, DType::kFp8E5M2, DType::kInt32,   DType::kInt64,
+      DType::kInt8,    DType::kUInt8};
   const std::vector<ReduceOp> reduces = {ReduceOp::kSum, ReduceOp::kProd,
                                          ReduceOp::kMin, ReduceOp::kMax,
                                          ReduceOp::kAvg, ReduceOp::kPremulSum};
@@ -364,6 +368,122 @@ TEST_P(ConformanceTest, ReductionsEveryOpAndDtype) {
         Check(c);
         if (HasFatalFailure()) return;
       }
+    }
+  }
+}
+
+// The narrow floats' rounding, exactly, on values spread over each dtype's
+// whole range (overflow and subnormals included): every backend must give
+// what one rounding of the exact result gives (fp8 saturating to its largest
+// finite value, as NCCL's conversions do). min and max are exact at any
+// world size; a sum's rounding depends on the order of the steps, which the
+// backends choose differently from 3 ranks on, so the arithmetic ops are
+// held to it at 2 ranks (one step: a + b rounded once). The same reference
+// on Gloo and on NCCL makes this the CPU-against-GPU comparison.
+double RoundOnceSaturating(DType dtype, double exact) {
+  const double rounded = RoundToDType(dtype, exact);
+  const bool fp8 = dtype == DType::kFp8E4M3 || dtype == DType::kFp8E5M2;
+  if (fp8 && !std::isnan(exact) && !std::isfinite(rounded)) {
+    const double max = dtype == DType::kFp8E4M3 ? 448 : 57344;
+    return std::signbit(exact) ? -max : max;
+  }
+  return rounded;
+}
+
+TEST_P(ConformanceTest, NarrowFloatsRoundOnceAsNcclDoes) {
+  const int64_t n = 4096;
+  const double scale = 0.3;  // rounded to the dtype first, as NCCL's scalar
+  std::vector<ReduceOp> reduces = {ReduceOp::kMin, ReduceOp::kMax};
+  if (world_ == 2) {
+    reduces.insert(reduces.end(), {ReduceOp::kSum, ReduceOp::kProd,
+                                   ReduceOp::kAvg, ReduceOp::kPremulSum});
+  }
+  for (DType dtype :
+       {DType::kBFloat16, DType::kFp8E4M3, DType::kFp8E5M2, DType::kFloat16}) {
+    for (ReduceOp reduce : reduces) {
+      SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " ",
+                                std::string(ReduceOpName(reduce))));
+      // Every rank's values: random bit patterns, finite ones kept. avg's
+      // inputs stay below a quarter of the largest value and at least twice
+      // the smallest normal one, where halving is exact: dividing the
+      // rounded sum and summing halved inputs (NCCL versions do either)
+      // then agree.
+      uint64_t state = 0x9e3779b97f4a7c15ull * (1 + static_cast<int>(dtype)) +
+                       static_cast<uint64_t>(reduce);
+      auto next_bits = [&] {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<uint32_t>(state >> 33);
+      };
+      const double max = RoundOnceSaturating(dtype, 1e300);
+      std::vector<std::vector<double>> values(world_);
+      for (int r = 0; r < world_; ++r) {
+        while (static_cast<int64_t>(values[r].size()) < n) {
+          uint32_t bits = next_bits();
+          double v = LoadElement(dtype, &bits, 0);
+          if (!std::isfinite(v)) continue;
+          if (reduce == ReduceOp::kAvg &&
+              (std::fabs(v) > max / 4 || std::fabs(v) < 0.05)) {
+            continue;
+          }
+          values[r].push_back(v);
+        }
+        Alloc(r, "narrow", dtype, n);
+        Write(r, "narrow", dtype, values[r]);
+      }
+      Op op;
+      op.kind = OpKind::kAllReduce;
+      op.reduce = reduce;
+      op.premul_scale = scale;
+      op.input = "narrow";
+      RunEverywhere(op, false);
+      if (HasFatalFailure()) return;
+      const double factor = RoundOnceSaturating(dtype, scale);
+      for (int q = 0; q < world_; ++q) {
+        const std::vector<double> got = Read(q, "narrow", dtype);
+        ASSERT_EQ(static_cast<int64_t>(got.size()), n);
+        int wrong = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          double want = values[0][i];
+          for (int r = 1; r < world_; ++r) {
+            const double v = values[r][i];
+            switch (reduce) {
+              case ReduceOp::kMin:
+                want = std::min(want, v);
+                break;
+              case ReduceOp::kMax:
+                want = std::max(want, v);
+                break;
+              case ReduceOp::kProd:
+                want = RoundOnceSaturating(dtype, want * v);
+                break;
+              case ReduceOp::kPremulSum:
+                want = RoundOnceSaturating(
+                    dtype, RoundOnceSaturating(dtype, want * factor) +
+                               RoundOnceSaturating(dtype, v * factor));
+                break;
+              default:  // sum, avg
+                want = RoundOnceSaturating(dtype, want + v);
+                break;
+            }
+          }
+          if (reduce == ReduceOp::kAvg) {
+            want = RoundOnceSaturating(dtype, want / world_);
+          }
+          const bool same =
+              std::isnan(want) ? std::isnan(got[i]) : got[i] == want;
+          if (!same && wrong++ < 5) {
+            std::string inputs;
+            for (int r = 0; r < world_; ++r) {
+              absl::StrAppend(&inputs, r == 0 ? "" : ", ", values[r][i]);
+            }
+            ADD_FAILURE() << "rank " << q << " element " << i << ": "
+                          << ReduceOpName(reduce) << " of (" << inputs
+                          << "): got " << got[i] << ", want " << want;
+          }
+        }
+        EXPECT_EQ(wrong, 0) << "rank " << q;
+      }
+      FreeAll({"narrow"});
     }
   }
 }

@@ -11,3 +11,7 @@ ccl_gtest(plan_work_unit_tests SOURCES plan_work_test.cc
   LIBS ccl_worker_core LABELS unit TIMEOUT 60)
 ccl_gtest(rank_view_unit_tests SOURCES rank_view_test.cc
   LIBS ccl_worker_core LABELS unit TIMEOUT 60)
+# The CPU backend's reduce arithmetic: every narrow-float conversion and
+# every fp8 pair against common/element.h's reference.
+ccl_gtest(reduce_kernels_unit_tests SOURCES reduce_kernels_test.cc
+  LIBS ccl_comm LABELS unit TIMEOUT 120)

@@ -31,170 +31,32 @@
 #include "gloo/scatter.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
-#include "gloo/types.h"
 #include "server/comm/gloo/gloo_store.h"
+#include "server/comm/gloo/reduce_kernels.h"
 #include "server/comm/op_fingerprint.h"
 
 namespace ccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using ReduceFunc = std::function<void(void*, const void*, const void*, size_t)>;
-
 template <typename T>
 struct Tag {
   using type = T;
 };
 
-// float16 elements. gloo::float16 is not used for arithmetic here: its copy
-// assignment (Gloo 0.5 types.h) compares the new value with the old through
-// an int conversion of the raw bits and skips the copy when they happen to
-// match, so a result written over stale memory can keep the stale bits.
-struct Half {
-  uint16_t bits;
-};
-static_assert(sizeof(Half) == 2);
-float HalfToFloat(Half h) {
-  gloo::float16 g;
-  g.x = h.bits;
-  return gloo::cpu_half2float(g);
-}
-Half FloatToHalf(float f) { return Half{gloo::cpu_float2half_rn(f).x}; }
-Half operator+(Half a, Half b) {
-  return FloatToHalf(HalfToFloat(a) + HalfToFloat(b));
-}
-Half operator*(Half a, Half b) {
-  return FloatToHalf(HalfToFloat(a) * HalfToFloat(b));
-}
-bool operator<(Half a, Half b) { return HalfToFloat(a) < HalfToFloat(b); }
-
-// Calls f(Tag<T>{}) for the element types Gloo can reduce; false otherwise.
+// Calls f(Tag<T>{}) with an unsigned type of the dtype's width: Gloo needs
+// only the element size; the arithmetic is the kernel's (reduce_kernels.h).
 template <typename F>
-bool DispatchReducible(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32:
-      f(Tag<float>{});
-      return true;
-    case DType::kFloat64:
-      f(Tag<double>{});
-      return true;
-    case DType::kFloat16:
-      f(Tag<Half>{});
-      return true;
-    case DType::kInt8:
-      f(Tag<int8_t>{});
-      return true;
-    case DType::kUInt8:
-      f(Tag<uint8_t>{});
-      return true;
-    case DType::kInt32:
-      f(Tag<int32_t>{});
-      return true;
-    case DType::kInt64:
-      f(Tag<int64_t>{});
-      return true;
+void WithElementOfSize(size_t size, F&& f) {
+  switch (size) {
+    case 1:
+      return f(Tag<uint8_t>{});
+    case 2:
+      return f(Tag<uint16_t>{});
+    case 4:
+      return f(Tag<uint32_t>{});
     default:
-      return false;
-  }
-}
-
-bool CanReduce(DType dtype) {
-  return DispatchReducible(dtype, [](auto) {});
-}
-
-// Integer sums wrap (as NCCL's do); Half arithmetic goes through float and
-// rounds to nearest even.
-template <typename T>
-void SumFn(void* c, const void* a, const void* b, size_t n) {
-  T* out = static_cast<T*>(c);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(x[i] + y[i]);
-}
-template <typename T>
-void ProdFn(void* c, const void* a, const void* b, size_t n) {
-  T* out = static_cast<T*>(c);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(x[i] * y[i]);
-}
-template <typename T>
-void MinFn(void* c, const void* a, const void* b, size_t n) {
-  T* out = static_cast<T*>(c);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = y[i] < x[i] ? y[i] : x[i];
-}
-template <typename T>
-void MaxFn(void* c, const void* a, const void* b, size_t n) {
-  T* out = static_cast<T*>(c);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] < y[i] ? y[i] : x[i];
-}
-
-template <typename T>
-ReduceFunc ReduceFor(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kProd:
-      return &ProdFn<T>;
-    case ReduceOp::kMin:
-      return &MinFn<T>;
-    case ReduceOp::kMax:
-      return &MaxFn<T>;
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-    case ReduceOp::kPremulSum:
-      return &SumFn<T>;
-  }
-  return &SumFn<T>;
-}
-
-template <typename T>
-double ToDouble(T v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return HalfToFloat(v);
-  } else {
-    return static_cast<double>(v);
-  }
-}
-
-template <typename T>
-T FromDouble(double v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return FloatToHalf(static_cast<float>(v));
-  } else if constexpr (std::is_integral_v<T>) {
-    // Saturate and truncate toward zero, like StoreElement.
-    if (std::isnan(v)) return 0;
-    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) {
-      return std::numeric_limits<T>::lowest();
-    }
-    if (v >= static_cast<double>(std::numeric_limits<T>::max())) {
-      return std::numeric_limits<T>::max();
-    }
-    return static_cast<T>(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
-// premul_sum multiplies each rank's input before the sum (NCCL's
-// ncclRedOpCreatePreMulSum); done on a copy so the input stays intact.
-template <typename T>
-void ScaleCopy(T* dst, const T* src, size_t n, double scale) {
-  for (size_t i = 0; i < n; ++i)
-    dst[i] = FromDouble<T>(ToDouble(src[i]) * scale);
-}
-
-// avg is sum / world size; integer division truncates toward zero.
-template <typename T>
-void DivideBy(T* data, size_t n, int divisor) {
-  for (size_t i = 0; i < n; ++i) {
-    if constexpr (std::is_integral_v<T>) {
-      data[i] = static_cast<T>(data[i] / static_cast<T>(divisor));
-    } else {
-      data[i] = FromDouble<T>(ToDouble(data[i]) / divisor);
-    }
+      return f(Tag<uint64_t>{});
   }
 }
 
@@ -312,7 +174,7 @@ GlooCommunicator::~GlooCommunicator() = default;
 
 absl::Status GlooCommunicator::Supports(OpKind kind, DType dtype,
                                         ReduceOp reduce_op) const {
-  if (IsReduction(kind) && !CanReduce(dtype)) {
+  if (IsReduction(kind) && ReduceKernelFor(dtype, reduce_op) == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         "gloo cannot reduce ", std::string(DTypeName(dtype)), " (",
         std::string(OpKindName(kind)), "); use float32 or the NCCL backend"));
@@ -455,23 +317,26 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
 
   switch (op.kind) {
     case OpKind::kAllReduce: {
-      DispatchReducible(op.dtype, [&](auto t) {
+      const void* in = op.input;
+      if (op.reduce_op == ReduceOp::kPremulSum) {
+        ScaleElements(op.dtype, op.output, in, n, op.premul_scale);
+        in = op.output;
+      }
+      WithElementOfSize(esize, [&](auto t) {
         using T = typename decltype(t)::type;
-        T* out = static_cast<T*>(op.output);
-        const T* in = static_cast<const T*>(op.input);
-        if (op.reduce_op == ReduceOp::kPremulSum) {
-          ScaleCopy<T>(out, in, n, op.premul_scale);
-          in = out;
-        }
         gloo::AllreduceOptions opts(context_);
-        if (in != out) opts.setInput<T>(const_cast<T*>(in), n);
-        opts.setOutput<T>(out, n);
-        opts.setReduceFunction(ReduceFor<T>(op.reduce_op));
+        if (in != op.output) {
+          opts.setInput<T>(static_cast<T*>(const_cast<void*>(in)), n);
+        }
+        opts.setOutput<T>(static_cast<T*>(op.output), n);
+        opts.setReduceFunction(ReduceKernelFor(op.dtype, op.reduce_op));
         opts.setTag(tag);
         opts.setTimeout(timeout);
         gloo::allreduce(opts);
-        if (op.reduce_op == ReduceOp::kAvg) DivideBy<T>(out, n, size_);
       });
+      if (op.reduce_op == ReduceOp::kAvg) {
+        DivideElements(op.dtype, op.output, n, size_);
+      }
       return absl::OkStatus();
     }
     case OpKind::kBroadcast: {
@@ -489,31 +354,29 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
     case OpKind::kReduce: {
       // Off the root Gloo uses its output as workspace; pointing it at
       // scratch leaves the caller's tensors on non-root ranks unchanged.
-      DispatchReducible(op.dtype, [&](auto t) {
+      void* work = rank_ == op.root ? op.output : Scratch(bytes);
+      // Gloo's reduce accumulates into the output buffer of every rank
+      // without first copying the input there, so a separate input would
+      // mix in whatever the buffer held (stale scratch off the root).
+      // Running in place on a copy avoids that.
+      if (op.reduce_op == ReduceOp::kPremulSum) {
+        ScaleElements(op.dtype, work, op.input, n, op.premul_scale);
+      } else if (op.input != work) {
+        std::memcpy(work, op.input, bytes);
+      }
+      WithElementOfSize(esize, [&](auto t) {
         using T = typename decltype(t)::type;
-        T* work = rank_ == op.root ? static_cast<T*>(op.output)
-                                   : reinterpret_cast<T*>(Scratch(bytes));
-        const T* in = static_cast<const T*>(op.input);
-        // Gloo's reduce accumulates into the output buffer of every rank
-        // without first copying the input there, so a separate input would
-        // mix in whatever the buffer held (stale scratch off the root).
-        // Running in place on a copy avoids that.
-        if (op.reduce_op == ReduceOp::kPremulSum) {
-          ScaleCopy<T>(work, in, n, op.premul_scale);
-        } else if (in != work) {
-          std::memcpy(static_cast<void*>(work), in, n * sizeof(T));
-        }
         gloo::ReduceOptions opts(context_);
-        opts.setOutput<T>(work, n);
+        opts.setOutput<T>(static_cast<T*>(work), n);
         opts.setRoot(op.root);
-        opts.setReduceFunction(ReduceFor<T>(op.reduce_op));
+        opts.setReduceFunction(ReduceKernelFor(op.dtype, op.reduce_op));
         opts.setTag(tag);
         opts.setTimeout(timeout);
         gloo::reduce(opts);
-        if (op.reduce_op == ReduceOp::kAvg && rank_ == op.root) {
-          DivideBy<T>(work, n, size_);
-        }
       });
+      if (op.reduce_op == ReduceOp::kAvg && rank_ == op.root) {
+        DivideElements(op.dtype, work, n, size_);
+      }
       return absl::OkStatus();
     }
     case OpKind::kAllGather: {
@@ -532,27 +395,29 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
       // the whole input into scratch and keeps this rank's chunk: about 2x
       // the bytes on the wire of a real reduce-scatter, and world * count
       // elements of scratch.
-      DispatchReducible(op.dtype, [&](auto t) {
+      const size_t total = world * n;
+      std::byte* scratch = Scratch(total * esize);
+      const void* in = op.input;
+      if (op.reduce_op == ReduceOp::kPremulSum) {
+        ScaleElements(op.dtype, scratch, in, total, op.premul_scale);
+        in = scratch;
+      }
+      WithElementOfSize(esize, [&](auto t) {
         using T = typename decltype(t)::type;
-        const size_t total = world * n;
-        T* scratch = reinterpret_cast<T*>(Scratch(total * sizeof(T)));
-        const T* in = static_cast<const T*>(op.input);
-        if (op.reduce_op == ReduceOp::kPremulSum) {
-          ScaleCopy<T>(scratch, in, total, op.premul_scale);
-          in = scratch;
-        }
         gloo::AllreduceOptions opts(context_);
-        if (in != scratch) opts.setInput<T>(const_cast<T*>(in), total);
-        opts.setOutput<T>(scratch, total);
-        opts.setReduceFunction(ReduceFor<T>(op.reduce_op));
+        if (in != scratch) {
+          opts.setInput<T>(static_cast<T*>(const_cast<void*>(in)), total);
+        }
+        opts.setOutput<T>(reinterpret_cast<T*>(scratch), total);
+        opts.setReduceFunction(ReduceKernelFor(op.dtype, op.reduce_op));
         opts.setTag(tag);
         opts.setTimeout(timeout);
         gloo::allreduce(opts);
-        T* out = static_cast<T*>(op.output);
-        std::memcpy(static_cast<void*>(out), scratch + rank_ * n,
-                    n * sizeof(T));
-        if (op.reduce_op == ReduceOp::kAvg) DivideBy<T>(out, n, size_);
       });
+      std::memcpy(op.output, scratch + rank_ * bytes, bytes);
+      if (op.reduce_op == ReduceOp::kAvg) {
+        DivideElements(op.dtype, op.output, n, size_);
+      }
       return absl::OkStatus();
     }
     case OpKind::kGather: {

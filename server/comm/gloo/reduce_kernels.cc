@@ -1,0 +1,200 @@
+#include "server/comm/gloo/reduce_kernels.h"
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/element.h"
+#include "common/narrow_float.h"
+
+namespace ccl {
+namespace {
+
+// How a dtype is stored and in what type its arithmetic is done.
+template <typename T>
+struct NativeCodec {
+  using Storage = T;
+  using Compute = T;
+  static T Load(T v) { return v; }
+  static T Store(T v) { return v; }
+};
+
+template <typename Format, bool kSaturate>
+struct NarrowCodec {
+  using Storage =
+      std::conditional_t<(Format::kMagnitudeMask > 0xff), uint16_t, uint8_t>;
+  using Compute = float;
+  static float Load(Storage v) { return Format::Decode(v); }
+  static Storage Store(float f) {
+    return static_cast<Storage>(Format::Encode(f, kSaturate));
+  }
+};
+
+struct BFloat16Codec : NarrowCodec<BFloat16Format, false> {
+  static float Load(uint16_t v) { return BFloat16BitsToFloat(v); }
+};
+
+template <typename T>
+using Unsigned = std::make_unsigned_t<T>;
+
+// Integers wrap, computed unsigned so that overflow is defined.
+struct Sum {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(static_cast<Unsigned<T>>(a) +
+                            static_cast<Unsigned<T>>(b));
+    } else {
+      return a + b;
+    }
+  }
+};
+struct Prod {
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      // uint8_t promotes to int, where 255 * 255 fits.
+      return static_cast<T>(static_cast<Unsigned<T>>(a) *
+                            static_cast<Unsigned<T>>(b));
+    } else {
+      return a * b;
+    }
+  }
+};
+// Written with compares rather than std::fmin so that loops vectorise; a
+// NaN operand loses (a != a only for NaN).
+struct Min {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return (b < a || a != a) ? b : a;
+  }
+};
+struct Max {
+  template <typename T>
+  T operator()(T a, T b) const {
+    return (a < b || a != a) ? b : a;
+  }
+};
+
+template <typename Codec, typename Op>
+void Apply(void* out, const void* a, const void* b, size_t n) {
+  using S = typename Codec::Storage;
+  S* o = static_cast<S*>(out);
+  const S* x = static_cast<const S*>(a);
+  const S* y = static_cast<const S*>(b);
+  const Op op;
+  for (size_t i = 0; i < n; ++i) {
+    o[i] = Codec::Store(op(Codec::Load(x[i]), Codec::Load(y[i])));
+  }
+}
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<Codec>{}) for the dtypes the CPU backend reduces.
+template <typename F>
+bool DispatchCodec(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32:
+      f(Tag<NativeCodec<float>>{});
+      return true;
+    case DType::kFloat64:
+      f(Tag<NativeCodec<double>>{});
+      return true;
+    case DType::kFloat16:
+      f(Tag<NarrowCodec<Float16Format, false>>{});
+      return true;
+    case DType::kBFloat16:
+      f(Tag<BFloat16Codec>{});
+      return true;
+    case DType::kFp8E4M3:
+      f(Tag<NarrowCodec<Fp8E4M3Format, true>>{});
+      return true;
+    case DType::kFp8E5M2:
+      f(Tag<NarrowCodec<Fp8E5M2Format, true>>{});
+      return true;
+    case DType::kInt8:
+      f(Tag<NativeCodec<int8_t>>{});
+      return true;
+    case DType::kUInt8:
+      f(Tag<NativeCodec<uint8_t>>{});
+      return true;
+    case DType::kInt32:
+      f(Tag<NativeCodec<int32_t>>{});
+      return true;
+    case DType::kInt64:
+      f(Tag<NativeCodec<int64_t>>{});
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ReduceKernel ReduceKernelFor(DType dtype, ReduceOp op) {
+  ReduceKernel kernel = nullptr;
+  DispatchCodec(dtype, [&](auto tag) {
+    using Codec = typename decltype(tag)::type;
+    switch (op) {
+      case ReduceOp::kProd:
+        kernel = &Apply<Codec, Prod>;
+        return;
+      case ReduceOp::kMin:
+        kernel = &Apply<Codec, Min>;
+        return;
+      case ReduceOp::kMax:
+        kernel = &Apply<Codec, Max>;
+        return;
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+      case ReduceOp::kPremulSum:
+        kernel = &Apply<Codec, Sum>;
+        return;
+    }
+  });
+  return kernel;
+}
+
+void ScaleElements(DType dtype, void* out, const void* in, size_t n,
+                   double scale) {
+  if (!IsFloatingPoint(dtype)) {
+    // premul_sum is refused for integers before it gets here; kept total.
+    for (size_t i = 0; i < n; ++i) {
+      StoreElement(dtype, out, i, LoadElement(dtype, in, i) * scale);
+    }
+    return;
+  }
+  DispatchCodec(dtype, [&](auto tag) {
+    using Codec = typename decltype(tag)::type;
+    using S = typename Codec::Storage;
+    using C = typename Codec::Compute;
+    const C factor = Codec::Load(Codec::Store(static_cast<C>(scale)));
+    S* o = static_cast<S*>(out);
+    const S* x = static_cast<const S*>(in);
+    for (size_t i = 0; i < n; ++i)
+      o[i] = Codec::Store(Codec::Load(x[i]) * factor);
+  });
+}
+
+void DivideElements(DType dtype, void* data, size_t n, int divisor) {
+  DispatchCodec(dtype, [&](auto tag) {
+    using Codec = typename decltype(tag)::type;
+    using S = typename Codec::Storage;
+    using C = typename Codec::Compute;
+    S* d = static_cast<S*>(data);
+    if constexpr (std::is_integral_v<C>) {
+      // In int64: a world of 128 or more does not fit an int8 divisor.
+      for (size_t i = 0; i < n; ++i) {
+        d[i] = static_cast<S>(static_cast<int64_t>(d[i]) / divisor);
+      }
+    } else {
+      const C by = static_cast<C>(divisor);
+      for (size_t i = 0; i < n; ++i) {
+        d[i] = Codec::Store(Codec::Load(d[i]) / by);
+      }
+    }
+  });
+}
+
+}  // namespace ccl
