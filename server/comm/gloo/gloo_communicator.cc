@@ -74,6 +74,13 @@ bool LooksLikeTimeout(const std::string& message) {
          absl::StrContains(message, "timeout");
 }
 
+// One slot per step of a ring reduce_scatter: 36 bits of seq, 20 of step.
+uint64_t RingSlot(int64_t seq, int step) {
+  return (uint64_t{0xCF} << 56) |
+         ((static_cast<uint64_t>(seq) & ((uint64_t{1} << 36) - 1)) << 20) |
+         (static_cast<uint64_t>(step) & ((uint64_t{1} << 20) - 1));
+}
+
 uint64_t P2PHeaderSlot(int64_t seq) {
   return (uint64_t{0xCD} << 56) |
          (static_cast<uint64_t>(seq) & ((uint64_t{1} << 48) - 1));
@@ -390,36 +397,9 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
       gloo::allgather(opts);
       return absl::OkStatus();
     }
-    case OpKind::kReduceScatter: {
-      // Gloo 0.5 has no options-style reduce_scatter, so this all-reduces
-      // the whole input into scratch and keeps this rank's chunk: about 2x
-      // the bytes on the wire of a real reduce-scatter, and world * count
-      // elements of scratch.
-      const size_t total = world * n;
-      std::byte* scratch = Scratch(total * esize);
-      const void* in = op.input;
-      if (op.reduce_op == ReduceOp::kPremulSum) {
-        ScaleElements(op.dtype, scratch, in, total, op.premul_scale);
-        in = scratch;
-      }
-      WithElementOfSize(esize, [&](auto t) {
-        using T = typename decltype(t)::type;
-        gloo::AllreduceOptions opts(context_);
-        if (in != scratch) {
-          opts.setInput<T>(static_cast<T*>(const_cast<void*>(in)), total);
-        }
-        opts.setOutput<T>(reinterpret_cast<T*>(scratch), total);
-        opts.setReduceFunction(ReduceKernelFor(op.dtype, op.reduce_op));
-        opts.setTag(tag);
-        opts.setTimeout(timeout);
-        gloo::allreduce(opts);
-      });
-      std::memcpy(op.output, scratch + rank_ * bytes, bytes);
-      if (op.reduce_op == ReduceOp::kAvg) {
-        DivideElements(op.dtype, op.output, n, size_);
-      }
+    case OpKind::kReduceScatter:
+      RingReduceScatter(op, timeout);
       return absl::OkStatus();
-    }
     case OpKind::kGather: {
       gloo::GatherOptions opts(context_);
       opts.setInput<uint8_t>(buffer(op.input, bytes));
@@ -568,6 +548,71 @@ absl::Status GlooCommunicator::ExchangeHost(int peer, const void* mine,
   }
   std::memcpy(theirs, in->data(), bytes);
   return absl::OkStatus();
+}
+
+// W - 1 steps around the ring: each sends one chunk's partial result to the
+// next rank while receiving another from the previous one, then adds its own
+// input chunk to what came. After the last step a rank holds its own chunk
+// reduced over every rank, having sent and received (W - 1) / W of its
+// input, as NCCL's ring does (the all_reduce this replaced moved twice that
+// and needed W chunks of scratch).
+//
+// Step s sends chunk (rank - 1 - s) mod W and receives chunk
+// (rank - 2 - s) mod W; the last receives the rank's own chunk. Partial
+// results alternate between two scratch slots: one received into while the
+// other is sent.
+void GlooCommunicator::RingReduceScatter(const BoundOp& op,
+                                         std::chrono::milliseconds timeout) {
+  const size_t count = static_cast<size_t>(op.count);
+  const size_t chunk = count * DTypeSize(op.dtype);
+  const int world = size_;
+  const ReduceKernel kernel = ReduceKernelFor(op.dtype, op.reduce_op);
+  const bool premul = op.reduce_op == ReduceOp::kPremulSum;
+  const size_t input_bytes = static_cast<size_t>(world) * chunk;
+  std::byte* scratch = Scratch((premul ? input_bytes : 0) + 2 * chunk);
+  const std::byte* input = static_cast<const std::byte*>(op.input);
+  if (premul) {
+    ScaleElements(op.dtype, scratch, input, world * count, op.premul_scale);
+    input = scratch;
+    scratch += input_bytes;
+  }
+  auto* output = static_cast<std::byte*>(op.output);
+  auto chunk_of = [&](int j) {
+    return input + static_cast<size_t>(((j % world) + world) % world) * chunk;
+  };
+  if (world == 1) {
+    if (output != chunk_of(0)) std::memmove(output, chunk_of(0), chunk);
+  } else {
+    std::byte* slots[2] = {scratch, scratch + chunk};
+    std::shared_ptr<gloo::transport::UnboundBuffer> buffers[3] = {
+        context_->createUnboundBuffer(slots[0], chunk),
+        context_->createUnboundBuffer(slots[1], chunk),
+        context_->createUnboundBuffer(
+            const_cast<std::byte*>(chunk_of(rank_ - 1)), chunk)};
+    const int next = (rank_ + 1) % world;
+    const int previous = (rank_ + world - 1) % world;
+    try {
+      for (int step = 0; step < world - 1; ++step) {
+        auto& receive = buffers[step % 2];
+        auto& send = step == 0 ? buffers[2] : buffers[(step + 1) % 2];
+        const uint64_t slot = RingSlot(op.seq, step);
+        receive->recv(previous, slot);
+        send->send(next, slot);
+        receive->waitRecv(timeout);
+        send->waitSend(timeout);
+        std::byte* partial = slots[step % 2];
+        const std::byte* own = chunk_of(rank_ - 2 - step);
+        kernel(step == world - 2 ? output : partial, partial, own, count);
+      }
+    } catch (...) {
+      // Gloo keeps what was posted: the buffers outlive this call.
+      for (auto& buffer : buffers) abandoned_.push_back(buffer);
+      throw;
+    }
+  }
+  if (op.reduce_op == ReduceOp::kAvg) {
+    DivideElements(op.dtype, output, count, size_);
+  }
 }
 
 absl::Status GlooCommunicator::SendRecv(const BoundOp& op) {

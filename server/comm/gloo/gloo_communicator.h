@@ -76,6 +76,8 @@ class GlooCommunicator final : public Communicator {
   // Point to point: the sender's and receiver's views of the op cross
   // before any data moves, so sizes that differ fail on both sides.
   absl::Status SendRecv(const BoundOp& op);
+  // reduce_scatter as a ring (Gloo 0.5 has none of its own).
+  void RingReduceScatter(const BoundOp& op, std::chrono::milliseconds timeout);
   // Scratch memory for ops that need a staging buffer (reduce off root,
   // reduce_scatter, in-place all_to_all, premul_sum). Kept between ops so
   // benchmarks do not pay for the allocation; not counted in the tensor
