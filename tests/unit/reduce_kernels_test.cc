@@ -102,6 +102,19 @@ void ExpectEncodeAgrees(int bits_count, DType dtype) {
 TEST(NarrowFloat, EncodeRoundsAsElementDoes) {
   ExpectEncodeAgrees<Float16Format>(16, DType::kFloat16);
   ExpectEncodeAgrees<BFloat16Format>(16, DType::kBFloat16);
+  // The shortcut the bfloat16 kernels use, on every bfloat16 value's
+  // neighbourhood and on random floats.
+  std::mt19937 rng(3);
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t bits = i < 65536 * 16
+                        ? (static_cast<uint32_t>(i) << 12) ^ rng() % 8192
+                        : rng();
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    const float want = BFloat16Format::Decode(BFloat16Format::Encode(f, false));
+    const float got = BFloat16BitsToFloat(FloatToBFloat16Bits(f));
+    ASSERT_TRUE(SameValue(got, want)) << f;
+  }
   ExpectEncodeAgrees<Fp8E4M3Format>(8, DType::kFp8E4M3);
   ExpectEncodeAgrees<Fp8E5M2Format>(8, DType::kFp8E5M2);
 }
@@ -182,10 +195,15 @@ void ExpectKernelMatches(DType dtype, ReduceOp op,
         << DTypeName(dtype) << " " << ReduceOpName(op) << "(" << x << ", " << y
         << "): got " << got << ", want " << want;
   }
-  // In place (Gloo reduces into its own input): the same answer.
+  // In place on either operand (Gloo reduces into its own input): the
+  // same answer.
+  std::vector<std::byte> b_copy = b;
+  kernel(b_copy.data(), a.data(), b_copy.data(), n);
+  ASSERT_EQ(std::memcmp(b_copy.data(), out.data(), out.size()), 0)
+      << DTypeName(dtype) << " " << ReduceOpName(op) << " in place on b";
   kernel(a.data(), a.data(), b.data(), n);
   ASSERT_EQ(std::memcmp(a.data(), out.data(), out.size()), 0)
-      << DTypeName(dtype) << " " << ReduceOpName(op) << " in place";
+      << DTypeName(dtype) << " " << ReduceOpName(op) << " in place on a";
 }
 
 TEST(ReduceKernels, Fp8EveryPairOfValuesEveryOp) {
