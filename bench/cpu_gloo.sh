@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # ccctl bench beside torch.distributed's Gloo backend, in one run, on 2 local
-# CPU workers: all_reduce (sum) and broadcast (root 0), float32, nccl-tests'
-# sizes and columns, and the ratio ccctl / torch per size, both for the op's
-# time on the workers (data plane) and for the time the client sees per op
-# (gRPC control plane included).
+# CPU workers: every collective (reductions sum, rooted ops root 0), float32,
+# nccl-tests' sizes and columns, and the ratio ccctl / torch per size, both
+# for the op's time on the workers (data plane) and for the time the client
+# sees per op (gRPC control plane included). reduce_scatter has no peer
+# (torch 1.13's Gloo has none): its time is set beside all_reduce's at the
+# same size instead (a ring reduce_scatter moves half the bytes). Then
+# all_reduce in bfloat16 beside float32 at the same bytes (torch's Gloo
+# cannot reduce bfloat16, pytorch#111131).
 #
 #   bench/cpu_gloo.sh                      # -b 8 -e 64M -f 2 -n 20 -w 5 -r 3
 #   bench/cpu_gloo.sh -e 16M -n 10 -r 1 --no-record
 #
 # Options: -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP (as nccl-tests);
 #   -r ROUNDS: sweeps per side, ccctl and torch alternating (default 3), each
-#   figure is the median over rounds; --ops "all_reduce broadcast";
+#   figure is the median over rounds; --ops "all_reduce broadcast ..."
+#   (default every collective); --no-bf16 leaves out the bfloat16 sweeps;
 #   --record FILE (default bench/results/cpu_gloo_<date>.md); --no-record.
 # Environment: BUILD (default <repo>/build, needs client/ccctl,
 #   server/ccworker, coordinator/cccoord), PYTHON (default /usr/bin/python3,
@@ -24,7 +29,8 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 PEER=$ROOT/bench/peers/torch_gloo.py
 
 MIN=8 MAX=64M FACTOR=2 ITERS=20 WARMUP=5 ROUNDS=3
-OPS="all_reduce broadcast"
+OPS="all_reduce broadcast reduce all_gather reduce_scatter gather scatter alltoall"
+BF16=1
 RECORD=$ROOT/bench/results/cpu_gloo_$(date +%Y-%m-%d).md
 COMMAND="bench/cpu_gloo.sh $*"
 while [[ $# -gt 0 ]]; do
@@ -36,9 +42,10 @@ while [[ $# -gt 0 ]]; do
     -w) WARMUP=$2; shift 2 ;;
     -r) ROUNDS=$2; shift 2 ;;
     --ops) OPS=$2; shift 2 ;;
+    --no-bf16) BF16=0; shift ;;
     --record) RECORD=$2; shift 2 ;;
     --no-record) RECORD=; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,7 +85,15 @@ run_ccctl() {  # op round
   "$CCCTL" --timeout 120s -o json bench "$1" -b "$MIN" -e "$MAX" -f "$FACTOR" \
     -n "$ITERS" -w "$WARMUP" --e2e >"$TMP/ccctl_$1.$2.json"
 }
+run_bf16() {  # round: all_reduce in bfloat16 from 1 MiB (smaller sizes are
+  # latency, not arithmetic)
+  local min=$(( $(numfmt --from=iec "${MIN^^}") > 1048576 ? $(numfmt --from=iec "${MIN^^}") : 1048576 ))
+  echo "# [$1] ccctl bench all_reduce -d bfloat16 -b $min -e $MAX -f $FACTOR -n $ITERS -w $WARMUP" >&2
+  "$CCCTL" --timeout 120s -o json bench all_reduce -d bfloat16 -b "$min" \
+    -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" >"$TMP/ccctl_bf16.$1.json"
+}
 run_torch() {  # op round
+  [[ $1 == reduce_scatter ]] && return 0  # no peer
   echo "# [$2] torch_gloo.py -o $1 -b $MIN -e $MAX -f $FACTOR -n $ITERS -w $WARMUP" >&2
   "$PYTHON" "$PEER" -o "$1" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" \
     -w "$WARMUP" --json "$TMP/torch_$1.$2.json" >"$TMP/torch_$1.$2.txt"
@@ -94,6 +109,7 @@ for round in $(seq 1 "$ROUNDS"); do
     else run_torch "$op" "$round"; run_ccctl "$op" "$round"; fi
     j=$((j + 1))
   done
+  if (( BF16 )); then run_bf16 "$round"; fi
 done
 END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -101,7 +117,7 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Context for the record.
 export B_COMMAND="$COMMAND" B_START="$START" B_END="$END" B_OPS="$OPS" \
-  B_ROUNDS="$ROUNDS" B_ITERS="$ITERS" B_WARMUP="$WARMUP" \
+  B_ROUNDS="$ROUNDS" B_BF16="$BF16" B_ITERS="$ITERS" B_WARMUP="$WARMUP" \
   B_LOAD="$LOAD_BEFORE -> $LOAD_AFTER" B_TMP="$TMP" B_RECORD="$RECORD" \
   B_NPROC=$(nproc) \
   B_CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') \
@@ -124,7 +140,11 @@ rounds = int(env["B_ROUNDS"])
 
 
 def factor(op, n):
-    return 2.0 * (n - 1) / n if op == "all_reduce" else 1.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    return (n - 1) / n
 
 
 def human(b):
@@ -150,8 +170,10 @@ for op in env["B_OPS"].split():
     for rd in range(1, rounds + 1):
         with open(f"{tmp}/ccctl_{op}.{rd}.json") as f:
             cc = json.load(f)
-        with open(f"{tmp}/torch_{op}.{rd}.json") as f:
-            th = {r["size"]: r for r in json.load(f)["ops"][op]["rows"]}
+        th = {}
+        if op != "reduce_scatter":
+            with open(f"{tmp}/torch_{op}.{rd}.json") as f:
+                th = {r["size"]: r for r in json.load(f)["ops"][op]["rows"]}
         n = cc["ranks"]
         big = []
         for r in cc["rows"]:
@@ -191,11 +213,21 @@ def summary(op, rows):
     big = [r for r in rows if r["size"] >= 1 << 20]
     if not big:
         return ""
+    if op == "reduce_scatter":
+        if "all_reduce" not in tables:
+            return ">= 1 MiB: no torch peer (torch 1.13's Gloo has no reduce_scatter)"
+        ar = {r["size"]: r["ip_us"] for r in tables["all_reduce"]}
+        parts = [r["ip_us"] / ar[r["size"]] for r in big if r["size"] in ar]
+        return (">= 1 MiB: no torch peer (torch 1.13's Gloo has no reduce_scatter); "
+                "in-place time / all_reduce's at the same size: min "
+                f"{min(parts):.2f}, mean {sum(parts) / len(parts):.2f}, max "
+                f"{max(parts):.2f} (a ring reduce_scatter moves half an "
+                "all_reduce's bytes)")
     lo = min(r["ratio_ip"] for r in big)
     mean = sum(r["ratio_ip"] for r in big) / len(big)
     lo_c = min(r["ratio_e2e"] for r in big)
     text = (f">= 1 MiB: data-plane (in place) busbw ratio min {lo:.2f}, mean {mean:.2f} "
-            f"(aim >= 0.9); client-seen ratio min {lo_c:.2f}")
+            f"(aim >= 1.0); client-seen ratio min {lo_c:.2f}")
     if len(per_round[op]) > 1:
         text += "; per round (min/mean dp ip): " + ", ".join(
             f"{a:.2f}/{b:.2f}" for a, b in per_round[op])
@@ -203,10 +235,41 @@ def summary(op, rows):
 
 
 def title(op):
-    what = "sum" if op == "all_reduce" else "root 0"
+    what = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum, root 0",
+            "broadcast": "root 0", "gather": "root 0",
+            "scatter": "root 0"}.get(op, "no root")
     return (f"{op}: 2 CPU workers, float32, {what}; median of {rounds} round(s) of "
             f"{env['B_ITERS']} iters ({env['B_WARMUP']} warmup); times in us, busbw in GB/s")
 
+
+# all_reduce in bfloat16 beside float32 at the same bytes (in place, medians).
+bf16_rows = []
+if env["B_BF16"] == "1" and "all_reduce" in tables:
+    bf = {}
+    for rd in range(1, rounds + 1):
+        with open(f"{tmp}/ccctl_bf16.{rd}.json") as f:
+            for r in json.load(f)["rows"]:
+                bf.setdefault(r["size"], []).append(r["in_place"]["time_us"])
+    f32 = {r["size"]: r["ip_us"] for r in tables["all_reduce"]}
+    for size in sorted(bf):
+        if size in f32:
+            b = statistics.median(bf[size])
+            bf16_rows.append({"size": size, "f32_us": f32[size], "bf16_us": b,
+                              "f32_busbw": busbw(size, f32[size], "all_reduce", 2),
+                              "bf16_busbw": busbw(size, b, "all_reduce", 2),
+                              "ratio": f32[size] / b})
+BF16_HEAD = ["size", "float32 us", "float32 busbw", "bfloat16 us",
+             "bfloat16 busbw", "ratio bf16/f32"]
+
+
+def bf16_cells(r):
+    return [human(r["size"]), f"{r['f32_us']:.1f}", f"{r['f32_busbw']:.3f}",
+            f"{r['bf16_us']:.1f}", f"{r['bf16_busbw']:.3f}", f"{r['ratio']:.2f}"]
+
+
+BF16_TITLE = ("all_reduce (sum, in place), 2 CPU workers: bfloat16 beside float32 at "
+              f"the same bytes; median of {rounds} round(s); ratio = bfloat16 busbw / "
+              "float32 busbw (>= 1: bfloat16 no slower)")
 
 text = []
 for op, rows in tables.items():
@@ -217,6 +280,12 @@ for op, rows in tables.items():
         text.append("  ".join(c.rjust(w) for c, w in zip(cells(r), widths)))
     if summary(op, rows):
         text.append("# " + summary(op, rows))
+    text.append("")
+if bf16_rows:
+    text.append("# " + BF16_TITLE)
+    text.append("  ".join(h.rjust(14) for h in BF16_HEAD))
+    for r in bf16_rows:
+        text.append("  ".join(c.rjust(14) for c in bf16_cells(r)))
     text.append("")
 print("\n".join(text))
 
@@ -238,7 +307,7 @@ if record:
           "ranks of the mean), out of place (`oop`) and in place (`ip`); `client` = "
           "time per op seen by the client, RPCs included (`--e2e`, out of place); "
           "`torch` = torch.distributed gloo, in place, timed per rank the same way; "
-          "busbw in GB/s (nccl-tests: x 2(n-1)/n for all_reduce, x 1 for broadcast); "
+          "busbw in GB/s (nccl-tests: x 2(n-1)/n for all_reduce, x 1 for broadcast and reduce, x (n-1)/n for the others; size is the whole gathered, scattered or exchanged buffer); "
           "ratios are ccctl busbw / torch busbw (`ratio dp ip` is like for like).", ""]
     for op, rows in tables.items():
         md.append(f"## {op}")
@@ -253,6 +322,16 @@ if record:
         if summary(op, rows):
             md.append(summary(op, rows))
             md.append("")
+    if bf16_rows:
+        md.append("## all_reduce: bfloat16 beside float32")
+        md.append("")
+        md.append(BF16_TITLE)
+        md.append("")
+        md.append("| " + " | ".join(BF16_HEAD) + " |")
+        md.append("|" + "---:|" * len(BF16_HEAD))
+        for r in bf16_rows:
+            md.append("| " + " | ".join(bf16_cells(r)) + " |")
+        md.append("")
     md.append("## CSV (medians)")
     md.append("")
     md.append("```")

@@ -3,15 +3,20 @@
 
 Spawns NPROCS processes (default 2) on 127.0.0.1 that join a "gloo" process
 group, then for each size from -b to -e (times -f) runs every requested op
-(-o all_reduce,broadcast) -w times untimed and -n times timed. float32,
-all_reduce sums, broadcast roots at -r. Ops on CPU tensors are synchronous,
+(-o all_reduce,broadcast,...) -w times untimed and -n times timed. float32,
+reductions sum, rooted ops root at -r. Ops on CPU tensors are synchronous,
 so each call is timed on its own with time.perf_counter after one barrier
 that follows the warmup (the same scheme as the workers' Bench in ccctl:
 back-to-back ops, each one timed). A row is the max over ranks of the mean
-time per op; algbw = size / time, busbw = algbw * 2(n-1)/n for all_reduce and
-algbw for broadcast, as nccl-tests computes them.
+time per op; algbw = size / time and busbw = algbw * nccl-tests' factor
+(2(n-1)/n for all_reduce, 1 for broadcast and reduce, (n-1)/n for the
+others). The size is nccl-tests': the whole gathered, scattered or
+exchanged buffer, each rank's chunk being size / n.
 
-Torch's collectives run in place (the tensor is input and output).
+all_reduce, broadcast and reduce run in place (the tensor is input and
+output); all_gather, gather and scatter use torch's list forms (1.13's Gloo
+has no single-tensor all_gather), alltoall all_to_all_single. torch 1.13's
+Gloo has no reduce_scatter at all.
 
 Run it with Debian's interpreter, which has python3-torch:
   /usr/bin/python3 bench/peers/torch_gloo.py -b 8 -e 64M -f 2 -n 20 -w 5
@@ -27,7 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-OPS = ("all_reduce", "broadcast")
+OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "gather", "scatter",
+       "alltoall")
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -39,7 +45,11 @@ def parse_size(text):
 
 
 def bus_factor(op, n):
-    return 2.0 * (n - 1) / n if op == "all_reduce" else 1.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    return (n - 1) / n
 
 
 def sizes(args):
@@ -57,6 +67,34 @@ def free_port():
         return s.getsockname()[1]
 
 
+def make_call(op, count, rank, args):
+    """One op of `count` elements per rank chunk, ready to be called."""
+    n, root = args.nprocs, args.root
+    ones = lambda k: torch.ones(k, dtype=torch.float32)
+    tensor = ones(count)
+    # Sums double the values per call: 2^(warmup + iters) stays far below
+    # float32's inf, so no refill is timed.
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    if op == "broadcast":
+        return lambda: dist.broadcast(tensor, src=root)
+    if op == "reduce":
+        return lambda: dist.reduce(tensor, dst=root, op=dist.ReduceOp.SUM)
+    if op == "all_gather":
+        outputs = [ones(count) for _ in range(n)]
+        return lambda: dist.all_gather(outputs, tensor)
+    if op == "gather":
+        outputs = [ones(count) for _ in range(n)] if rank == root else None
+        return lambda: dist.gather(tensor, outputs, dst=root)
+    if op == "scatter":
+        inputs = [ones(count) for _ in range(n)] if rank == root else None
+        return lambda: dist.scatter(tensor, inputs, src=root)
+    if op == "alltoall":
+        src, dst = ones(count * n), ones(count * n)
+        return lambda: dist.all_to_all_single(dst, src)
+    raise ValueError(op)
+
+
 def worker(rank, args, port, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -64,14 +102,12 @@ def worker(rank, args, port, queue):
     results = {}  # (op, bytes) -> mean seconds
     for op in args.ops:
         for nbytes in sizes(args):
-            count = nbytes // 4
+            n = args.nprocs
+            chunked = op in ("all_gather", "gather", "scatter", "alltoall")
+            count = nbytes // 4 // (n if chunked else 1)
             if count == 0:
                 continue
-            tensor = torch.ones(count, dtype=torch.float32)
-            if op == "all_reduce":
-                call = lambda: dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-            else:
-                call = lambda: dist.broadcast(tensor, src=args.root)
+            call = make_call(op, count, rank, args)
             for _ in range(args.warmup):
                 call()
             dist.barrier()
@@ -80,9 +116,7 @@ def worker(rank, args, port, queue):
                 t0 = time.perf_counter()
                 call()
                 total += time.perf_counter() - t0
-            results[(op, count * 4)] = total / args.iters
-            # Keep the sum bounded so later sizes never see inf.
-            tensor.fill_(1.0)
+            results[(op, nbytes)] = total / args.iters
     dist.barrier()
     dist.destroy_process_group()
     queue.put((rank, results))
@@ -97,7 +131,7 @@ def main():
     parser.add_argument("-w", "--warmup_iters", dest="warmup", type=int, default=5)
     parser.add_argument("-r", "--root", type=int, default=0)
     parser.add_argument("-o", "--ops", default=",".join(OPS),
-                        help="comma-separated: all_reduce,broadcast")
+                        help="comma-separated, of: " + ",".join(OPS))
     parser.add_argument("--nprocs", type=int, default=2)
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args()
@@ -132,8 +166,9 @@ def main():
                 "python": sys.version.split()[0], "ranks": n, "type": "float32",
                 "iters": args.iters, "warmup": args.warmup, "ops": {}}
     for op in args.ops:
-        redop = "sum" if op == "all_reduce" else "none"
-        root = args.root if op == "broadcast" else -1
+        redop = "sum" if op in ("all_reduce", "reduce") else "none"
+        root = args.root if op in ("broadcast", "reduce", "gather",
+                                   "scatter") else -1
         keys = sorted(k[1] for k in per_rank[0] if k[0] == op)
         rows = []
         for nbytes in keys:

@@ -60,6 +60,25 @@ void WithElementOfSize(size_t size, F&& f) {
   }
 }
 
+// What a Gloo reduction is given: narrow elements in 4-byte groups where
+// the size allows (Gloo's ring cuts and sends the buffer by element, and
+// measured, 2-byte elements took 5-20% longer than float32's at the same
+// bytes), and the kernel wrapped to reduce a group's elements.
+struct GlooReduction {
+  size_t element_size;
+  size_t elements;
+  std::function<void(void*, const void*, const void*, size_t)> reduce;
+};
+GlooReduction ForGloo(DType dtype, ReduceOp reduce_op, size_t count) {
+  const size_t size = DTypeSize(dtype);
+  const size_t group = size < 4 && (count * size) % 4 == 0 ? 4 / size : 1;
+  const ReduceKernel kernel = ReduceKernelFor(dtype, reduce_op);
+  return {size * group, count / group,
+          [kernel, group](void* out, const void* a, const void* b, size_t k) {
+            kernel(out, a, b, k * group);
+          }};
+}
+
 // Slots of send/recv live apart from those Gloo's collectives derive from
 // their tags; a send at seq k pairs with the recv at seq k.
 uint64_t P2PSlot(int64_t seq) {
@@ -329,14 +348,16 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
         ScaleElements(op.dtype, op.output, in, n, op.premul_scale);
         in = op.output;
       }
-      WithElementOfSize(esize, [&](auto t) {
+      const GlooReduction reduction = ForGloo(op.dtype, op.reduce_op, n);
+      WithElementOfSize(reduction.element_size, [&](auto t) {
         using T = typename decltype(t)::type;
         gloo::AllreduceOptions opts(context_);
         if (in != op.output) {
-          opts.setInput<T>(static_cast<T*>(const_cast<void*>(in)), n);
+          opts.setInput<T>(static_cast<T*>(const_cast<void*>(in)),
+                           reduction.elements);
         }
-        opts.setOutput<T>(static_cast<T*>(op.output), n);
-        opts.setReduceFunction(ReduceKernelFor(op.dtype, op.reduce_op));
+        opts.setOutput<T>(static_cast<T*>(op.output), reduction.elements);
+        opts.setReduceFunction(reduction.reduce);
         opts.setTag(tag);
         opts.setTimeout(timeout);
         gloo::allreduce(opts);
@@ -371,12 +392,13 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
       } else if (op.input != work) {
         std::memcpy(work, op.input, bytes);
       }
-      WithElementOfSize(esize, [&](auto t) {
+      const GlooReduction reduction = ForGloo(op.dtype, op.reduce_op, n);
+      WithElementOfSize(reduction.element_size, [&](auto t) {
         using T = typename decltype(t)::type;
         gloo::ReduceOptions opts(context_);
-        opts.setOutput<T>(static_cast<T*>(work), n);
+        opts.setOutput<T>(static_cast<T*>(work), reduction.elements);
         opts.setRoot(op.root);
-        opts.setReduceFunction(ReduceKernelFor(op.dtype, op.reduce_op));
+        opts.setReduceFunction(reduction.reduce);
         opts.setTag(tag);
         opts.setTimeout(timeout);
         gloo::reduce(opts);
