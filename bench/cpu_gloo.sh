@@ -107,9 +107,11 @@ for round in $(seq 1 "$ROUNDS"); do
   for op in $OPS; do
     if (( (round + j) % 2 == 0 )); then run_ccctl "$op" "$round"; run_torch "$op" "$round"
     else run_torch "$op" "$round"; run_ccctl "$op" "$round"; fi
+    # bfloat16 right beside float32's sweep: the same machine conditions
+    # (at the end of the round it ran slower, on both dtypes' evidence).
+    if [[ $op == all_reduce ]] && (( BF16 )); then run_bf16 "$round"; fi
     j=$((j + 1))
   done
-  if (( BF16 )); then run_bf16 "$round"; fi
 done
 END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/comm/op_fingerprint.h"
 
 namespace ccl {
@@ -115,18 +116,8 @@ class AgreeingCommunicator final : public Communicator {
     std::vector<OpFingerprint> of_op(world);
     for (size_t i = 0; i < n; ++i) {
       for (size_t r = 0; r < world; ++r) of_op[r] = all[r * n + i];
-      // Out of step first: fingerprints of different seqs say nothing
-      // about this op, withdrawn or not, and the communicator must go.
-      absl::Status compared = CompareCollective(collectives[i]->seq, of_op);
-      if (IsOutOfStep(compared)) {
-        inner_->Abort(compared);
-        return compared;
-      }
-      if (absl::Status s = CheckWithdrawn(collectives[i]->seq, of_op);
-          !s.ok()) {
-        return s;
-      }
-      if (!compared.ok()) return compared;
+      CCL_RETURN_IF_ERROR(JudgeCollective(*inner_, collectives[i]->seq, of_op,
+                                          Withdrawals::kOfAnOp));
     }
     return absl::OkStatus();
   }
@@ -145,15 +136,8 @@ class AgreeingCommunicator final : public Communicator {
           name(), " communicator was aborted"));
     }
     if (!exchanged.ok()) return exchanged;
-    absl::Status compared = ComparePointToPoint(op.seq, mine, theirs);
-    if (IsOutOfStep(compared)) {
-      inner_->Abort(compared);
-      return compared;
-    }
-    if (absl::Status s = CheckWithdrawn(op.seq, {mine, theirs}); !s.ok()) {
-      return s;
-    }
-    return compared;
+    return JudgePointToPoint(*inner_, op.seq, mine, theirs,
+                             Withdrawals::kOfAnOp);
   }
 
   static Clock::time_point Deadline(std::chrono::milliseconds timeout) {

@@ -141,4 +141,44 @@ absl::Status ComparePointToPoint(int64_t seq, const OpFingerprint& mine,
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::Status Judge(Communicator& comm, absl::Status compared, int64_t seq,
+                   const std::vector<OpFingerprint>& all,
+                   Withdrawals withdrawals) {
+  // Out of step first: fingerprints of different seqs say nothing about
+  // this op, withdrawn or not, and the communicator must go.
+  if (IsOutOfStep(compared)) {
+    comm.Abort(compared);
+    return compared;
+  }
+  switch (withdrawals) {
+    case Withdrawals::kOfAnOp:
+      CCL_RETURN_IF_ERROR(CheckWithdrawn(seq, all));
+      break;
+    case Withdrawals::kRefusalsOnly:
+      CCL_RETURN_IF_ERROR(CheckRefused(seq, all));
+      break;
+    case Withdrawals::kNone:
+      break;
+  }
+  return compared;
+}
+
+}  // namespace
+
+absl::Status JudgeCollective(Communicator& comm, int64_t seq,
+                             const std::vector<OpFingerprint>& all,
+                             Withdrawals withdrawals) {
+  return Judge(comm, CompareCollective(seq, all), seq, all, withdrawals);
+}
+
+absl::Status JudgePointToPoint(Communicator& comm, int64_t seq,
+                               const OpFingerprint& mine,
+                               const OpFingerprint& theirs,
+                               Withdrawals withdrawals) {
+  return Judge(comm, ComparePointToPoint(seq, mine, theirs), seq,
+               {mine, theirs}, withdrawals);
+}
+
 }  // namespace ccl

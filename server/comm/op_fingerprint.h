@@ -68,4 +68,25 @@ absl::Status ComparePointToPoint(int64_t seq, const OpFingerprint& mine,
 // Whether a Compare* error says the ranks are out of step.
 bool IsOutOfStep(const absl::Status& status);
 
+// Which withdrawals a judgement counts: an op's (refusals and withdrawals,
+// CheckWithdrawn), a bench checkpoint's (refusals only: its stop votes are
+// not withdrawals), or none (Gloo's own check of an op whose client asked
+// for no agreement).
+enum class Withdrawals { kOfAnOp, kRefusalsOnly, kNone };
+
+// What every rank decides alike from one collective's fingerprints (one per
+// rank, in rank order), in one order: ranks out of step abort `comm` (every
+// later exchange would pair different ops) and fail ABORTED; then
+// refusals and withdrawals, as `withdrawals` says; then a disagreement
+// (INVALID_ARGUMENT). The one judgement behind ops' agreement
+// (agreement.cc), Gloo's own check and a bench's checkpoints.
+absl::Status JudgeCollective(Communicator& comm, int64_t seq,
+                             const std::vector<OpFingerprint>& all,
+                             Withdrawals withdrawals);
+// The same for a send or recv (`mine`) and its peer's half (`theirs`).
+absl::Status JudgePointToPoint(Communicator& comm, int64_t seq,
+                               const OpFingerprint& mine,
+                               const OpFingerprint& theirs,
+                               Withdrawals withdrawals);
+
 }  // namespace ccl

@@ -124,14 +124,14 @@ class BenchWork::StopPoints {
       all.resize(2);
       CCL_RETURN_IF_ERROR(comm_.ExchangeHost(bench_.op_.peer, &mine, &all[1],
                                              sizeof(OpFingerprint), deadline));
-      CCL_RETURN_IF_ERROR(CheckRefused(seq, all));
-      CCL_RETURN_IF_ERROR(ComparePointToPoint(seq, mine, all[1]));
+      CCL_RETURN_IF_ERROR(JudgePointToPoint(comm_, seq, mine, all[1],
+                                            Withdrawals::kRefusalsOnly));
     } else if (kind != OpKind::kNop) {
       all.resize(static_cast<size_t>(comm_.size()));
       CCL_RETURN_IF_ERROR(comm_.AllGatherHost(&mine, all.data(),
                                               sizeof(OpFingerprint), deadline));
-      CCL_RETURN_IF_ERROR(CheckRefused(seq, all));
-      CCL_RETURN_IF_ERROR(CompareCollective(seq, all));
+      CCL_RETURN_IF_ERROR(
+          JudgeCollective(comm_, seq, all, Withdrawals::kRefusalsOnly));
     }
     started_ = true;
     last_ = now;

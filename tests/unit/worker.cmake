@@ -15,3 +15,6 @@ ccl_gtest(rank_view_unit_tests SOURCES rank_view_test.cc
 # every fp8 pair against common/element.h's reference.
 ccl_gtest(reduce_kernels_unit_tests SOURCES reduce_kernels_test.cc
   LIBS ccl_comm LABELS unit TIMEOUT 120)
+# The one judgement of every agreement (ops, Gloo's own check, benches).
+ccl_gtest(agreement_judge_unit_tests SOURCES agreement_judge_test.cc
+  LIBS ccl_comm LABELS unit TIMEOUT 60)

@@ -485,9 +485,7 @@ absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {
   CCL_RETURN_IF_ERROR(AllGatherHost(
       &mine, all.data(), sizeof(mine),
       Clock::now() + std::max(op.timeout, std::chrono::milliseconds(1))));
-  absl::Status compared = CompareCollective(op.seq, all);
-  if (IsOutOfStep(compared)) Abort(compared);
-  return compared;
+  return JudgeCollective(*this, op.seq, all, Withdrawals::kNone);
 }
 
 absl::Status GlooCommunicator::GuardExchange(
