@@ -39,24 +39,20 @@ namespace ccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls f(Tag<T>{}) with an unsigned type of the dtype's width: Gloo needs
-// only the element size; the arithmetic is the kernel's (reduce_kernels.h).
+// Calls f(std::type_identity<T>{}) with an unsigned type of the dtype's width:
+// Gloo needs only the element size; the arithmetic is the kernel's
+// (reduce_kernels.h).
 template <typename F>
 void WithElementOfSize(size_t size, F&& f) {
   switch (size) {
     case 1:
-      return f(Tag<uint8_t>{});
+      return f(std::type_identity<uint8_t>{});
     case 2:
-      return f(Tag<uint16_t>{});
+      return f(std::type_identity<uint16_t>{});
     case 4:
-      return f(Tag<uint32_t>{});
+      return f(std::type_identity<uint32_t>{});
     default:
-      return f(Tag<uint64_t>{});
+      return f(std::type_identity<uint64_t>{});
   }
 }
 

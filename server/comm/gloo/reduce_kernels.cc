@@ -136,44 +136,39 @@ __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"))) void Apply(
   }
 }
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls f(Tag<Codec>{}) for the dtypes the CPU backend reduces.
+// Calls f(std::type_identity<Codec>{}) for the dtypes the CPU backend reduces.
 template <typename F>
 bool DispatchCodec(DType dtype, F&& f) {
   switch (dtype) {
     case DType::kFloat32:
-      f(Tag<NativeCodec<float>>{});
+      f(std::type_identity<NativeCodec<float>>{});
       return true;
     case DType::kFloat64:
-      f(Tag<NativeCodec<double>>{});
+      f(std::type_identity<NativeCodec<double>>{});
       return true;
     case DType::kFloat16:
-      f(Tag<NarrowCodec<Float16Format, false>>{});
+      f(std::type_identity<NarrowCodec<Float16Format, false>>{});
       return true;
     case DType::kBFloat16:
-      f(Tag<BFloat16Codec>{});
+      f(std::type_identity<BFloat16Codec>{});
       return true;
     case DType::kFp8E4M3:
-      f(Tag<NarrowCodec<Fp8E4M3Format, true>>{});
+      f(std::type_identity<NarrowCodec<Fp8E4M3Format, true>>{});
       return true;
     case DType::kFp8E5M2:
-      f(Tag<NarrowCodec<Fp8E5M2Format, true>>{});
+      f(std::type_identity<NarrowCodec<Fp8E5M2Format, true>>{});
       return true;
     case DType::kInt8:
-      f(Tag<NativeCodec<int8_t>>{});
+      f(std::type_identity<NativeCodec<int8_t>>{});
       return true;
     case DType::kUInt8:
-      f(Tag<NativeCodec<uint8_t>>{});
+      f(std::type_identity<NativeCodec<uint8_t>>{});
       return true;
     case DType::kInt32:
-      f(Tag<NativeCodec<int32_t>>{});
+      f(std::type_identity<NativeCodec<int32_t>>{});
       return true;
     case DType::kInt64:
-      f(Tag<NativeCodec<int64_t>>{});
+      f(std::type_identity<NativeCodec<int64_t>>{});
       return true;
   }
   return false;
