@@ -5,6 +5,8 @@
 //
 //   build/bench/reduce_kernels                  # 1, 16, 64 MiB, sum
 //   build/bench/reduce_kernels --op max --iters 20
+#include "server/comm/gloo/reduce_kernels.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,7 +16,6 @@
 
 #include "common/element.h"
 #include "common/types.h"
-#include "server/comm/gloo/reduce_kernels.h"
 
 namespace {
 
@@ -45,9 +46,10 @@ int main(int argc, char** argv) {
   const ccl::DType dtypes[] = {ccl::DType::kFloat32, ccl::DType::kFloat16,
                                ccl::DType::kBFloat16, ccl::DType::kFp8E4M3,
                                ccl::DType::kFp8E5M2};
-  std::printf("# out[i] = a[i] %s b[i], best of %d calls; GB/s counts the "
-              "bytes of one operand\n",
-              std::string(ccl::ReduceOpName(op)).c_str(), iters);
+  std::printf(
+      "# out[i] = a[i] %s b[i], best of %d calls; GB/s counts the "
+      "bytes of one operand\n",
+      std::string(ccl::ReduceOpName(op)).c_str(), iters);
   std::printf("%10s %10s %12s %10s %10s\n", "size", "dtype", "elements",
               "time us", "GB/s");
   for (size_t mib : {1, 16, 64}) {
