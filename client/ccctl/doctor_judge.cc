@@ -853,6 +853,28 @@ Rounds InRounds(const std::vector<std::pair<int, int>>& pairs) {
   return rounds;
 }
 
+Rounds ConfirmationRounds(const Verdict& verdict,
+                          const std::vector<std::pair<int, int>>& pairs) {
+  std::set<std::pair<int, int>> links;
+  for (const Finding& f : verdict.findings) {
+    if (f.blame != Blame::kLink || f.ranks.size() != 2) continue;
+    if (f.metric == "errors" || f.metric == "arrival") continue;
+    links.insert(
+        {std::min(f.ranks[0], f.ranks[1]), std::max(f.ranks[0], f.ranks[1])});
+  }
+  Rounds rounds;
+  std::vector<std::pair<int, int>> others;
+  for (const auto& pair : pairs) {
+    if (links.count(pair)) {
+      rounds.push_back({pair});
+    } else {
+      others.push_back(pair);
+    }
+  }
+  for (auto& round : InRounds(others)) rounds.push_back(std::move(round));
+  return rounds;
+}
+
 Verdict Confirmed(const Verdict& first, Verdict second,
                   const std::vector<Rank>& ranks) {
   using PairSet = std::set<std::pair<int, int>>;
@@ -990,7 +1012,7 @@ absl::Status Examine(const std::vector<Rank>& ranks,
         sampled ? NarrowingPairs(current, ranks, met, options.partners)
                 : SuspectPairs(current, ranks);
     if (pairs.empty()) break;
-    const Rounds rounds = InRounds(pairs);
+    const Rounds rounds = ConfirmationRounds(current, pairs);
     std::vector<Cell> again;
     absl::Status s =
         measure(rounds, sampled ? "narrowing " : "confirming ", again);

@@ -132,6 +132,13 @@ std::vector<std::pair<int, int>> SuspectPairs(const Verdict& verdict,
                                               const std::vector<Rank>& ranks);
 // `pairs` in rounds of disjoint pairs (greedily, in order).
 Rounds InRounds(const std::vector<std::pair<int, int>>& pairs);
+// The rounds that measure `pairs` again after `verdict`: the pair of each
+// link it names in a round of its own, the rest in disjoint rounds. A link
+// is named for what it does alone; beside other pairs it shares what they
+// share (a switch, a NIC, a loaded host's cores), and a suspect measured
+// again beside the same pairs is slowed by the same neighbours again.
+Rounds ConfirmationRounds(const Verdict& verdict,
+                          const std::vector<std::pair<int, int>>& pairs);
 // Each cell of `cells` that `again` measured keeps the better figure of the
 // two (bandwidth the higher, latency the lower): a fault is slow both
 // times, chance is rarely slow twice.

@@ -150,6 +150,52 @@ Finding Blaming(Blame blame, std::vector<int> ranks, std::string metric) {
   return finding;
 }
 
+// A suspected link is measured again alone: what ran beside it the first
+// time (a pair sharing its switch, or a loaded host's cores) cannot slow it
+// the second. From CI (ccctl_doctor_test, 4 CPU workers beside another
+// test's): 0 -> 3's latency was 5.6x its peers' both times it ran beside
+// the throttled rank's pair 1 - 2, and the link was named ahead of rank 2.
+TEST(DoctorJudgeTest, ASuspectedLinkIsMeasuredAgainAlone) {
+  const std::vector<Rank> ranks = Cluster{4}.ranks();
+  Verdict verdict;
+  verdict.findings = {Blaming(Blame::kRank, {2}, "bandwidth"),
+                      Blaming(Blame::kLink, {3, 0}, "latency")};
+  const auto pairs = SuspectPairs(verdict, ranks);
+  EXPECT_EQ(pairs,
+            (std::vector<std::pair<int, int>>{{0, 2}, {0, 3}, {1, 2}, {2, 3}}));
+  EXPECT_EQ(ConfirmationRounds(verdict, pairs),
+            (Rounds{{{0, 3}}, {{0, 2}}, {{1, 2}}, {{2, 3}}}));
+  EXPECT_EQ(InRounds(pairs).size(), 3u);  // 0 - 3 beside 1 - 2
+
+  // Rank 2 at a fifth of its peers; 0 -> 3 five times slower whenever
+  // another pair runs beside it.
+  Cluster cluster{4};
+  cluster.fault = [](const Cell& c) { return c.src == 2 || c.dst == 2; };
+  cluster.factor = 0.2;
+  for (int seed = 0; seed < 20; ++seed) {
+    std::mt19937 rng(seed);
+    const MeasureFn measure = [&](const Rounds& rounds, const std::string&,
+                                  std::vector<Cell>& cells) {
+      for (const auto& round : rounds) {
+        for (const auto& [a, b] : round) {
+          for (const auto& [s, d] : {std::pair{a, b}, std::pair{b, a}}) {
+            Cell cell = cluster.One(s, d, rng);
+            if (s == 0 && d == 3 && round.size() > 1) cell.latency_us *= 5;
+            cells.push_back(cell);
+          }
+        }
+      }
+      return absl::OkStatus();
+    };
+    Search search;
+    ASSERT_TRUE(Examine(ranks, {}, SearchOptions{}, measure, search).ok());
+    ASSERT_EQ(search.verdict.findings.size(), 1u)
+        << "seed " << seed << ": " << search.verdict.findings[1].evidence;
+    EXPECT_EQ(search.verdict.findings[0].blame, Blame::kRank);
+    EXPECT_EQ(search.verdict.findings[0].ranks, std::vector<int>{2});
+  }
+}
+
 // What both verdicts had is named, whichever of the two was the narrower.
 // The case from a loaded run (doctor_faults_test, link 0-4 throttled): the
 // first verdict named the link, the second named rank 0 by latency with the
