@@ -18,6 +18,7 @@
 #include "client/ccctl/bench_ops.h"
 #include "client/ccctl/commands.h"
 #include "client/ccctl/format.h"
+#include "common/status_macros.h"
 
 namespace ccl::ctl {
 namespace {
@@ -139,239 +140,222 @@ absl::Status Plot(const std::string& csv_text, const std::string& png,
   return absl::OkStatus();
 }
 
-int RunBench(Globals& globals, const BenchArgs& bench_args) {
-  BenchArgs args = bench_args;
-  const BenchOp* op = FindBenchOp(args.op_name);
-  if (!op) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-                    "unknown bench op '", args.op_name,
-                    "'; expected all_reduce, all_gather, reduce_scatter, "
-                    "broadcast, reduce, alltoall, gather, scatter, sendrecv")),
-                true);
+// The sizes, op and element type of a sweep, from the flags.
+struct Sweep {
+  const BenchOp* op = nullptr;
+  int64_t min_bytes = 0, max_bytes = 0, step = 0;
+  double factor = 0;
+  DType dtype = DType::kFloat32;
+  ReduceOp reduce = ReduceOp::kSum;
+
+  int64_t Next(int64_t bytes) const {
+    return factor > 0 ? static_cast<int64_t>(bytes * factor) : bytes + step;
   }
-  auto min_bytes = ParseSize(args.min_bytes);
-  auto max_bytes = ParseSize(args.max_bytes);
-  auto dtype = ParseDType(args.dtype);
-  auto reduce = ParseReduceOp(args.reduce);
-  for (const absl::Status& s : {min_bytes.status(), max_bytes.status(),
-                                dtype.status(), reduce.status()}) {
-    if (!s.ok()) return Fail(s, true);
+  bool OneSize() const { return factor <= 0 && step <= 0; }
+};
+
+// INVALID_ARGUMENT (a usage error) for flags that make no sweep.
+absl::StatusOr<Sweep> ParseSweep(const BenchArgs& args) {
+  Sweep sweep;
+  sweep.op = FindBenchOp(args.op_name);
+  if (!sweep.op) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown bench op '", args.op_name,
+                     "'; expected all_reduce, all_gather, reduce_scatter, "
+                     "broadcast, reduce, alltoall, gather, scatter, sendrecv"));
   }
-  int64_t step = 0;
+  CCL_ASSIGN_OR_RETURN(sweep.min_bytes, ParseSize(args.min_bytes));
+  CCL_ASSIGN_OR_RETURN(sweep.max_bytes, ParseSize(args.max_bytes));
+  CCL_ASSIGN_OR_RETURN(sweep.dtype, ParseDType(args.dtype));
+  CCL_ASSIGN_OR_RETURN(sweep.reduce, ParseReduceOp(args.reduce));
   if (!args.step_bytes.empty()) {
-    auto parsed = ParseSize(args.step_bytes);
-    if (!parsed.ok()) return Fail(parsed.status(), true);
-    step = *parsed;
+    CCL_ASSIGN_OR_RETURN(sweep.step, ParseSize(args.step_bytes));
   }
-  const double factor = args.factor > 0 ? args.factor : (step > 0 ? 0 : 2);
-  if (*min_bytes < 1 || *max_bytes < *min_bytes ||
-      (factor > 0 && factor <= 1)) {
-    return Fail(
-        absl::InvalidArgumentError(
-            "need 1 <= -b <= -e and a factor -f > 1 (or an increment -i)"),
-        true);
+  sweep.factor = args.factor > 0 ? args.factor : (sweep.step > 0 ? 0 : 2);
+  if (sweep.min_bytes < 1 || sweep.max_bytes < sweep.min_bytes ||
+      (sweep.factor > 0 && sweep.factor <= 1)) {
+    return absl::InvalidArgumentError(
+        "need 1 <= -b <= -e and a factor -f > 1 (or an increment -i)");
   }
   if (args.iters < 1 || args.warmup < 0 || args.graph_launches < 0) {
-    return Fail(absl::InvalidArgumentError("-n must be >= 1, -w and -G >= 0"),
-                true);
+    return absl::InvalidArgumentError("-n must be >= 1, -w and -G >= 0");
   }
-  auto client = Connect(globals);
-  if (!client.ok()) return Fail(client.status());
-  // With --group only its members take part and sizes follow the group;
-  // --root is a world rank (-1, the default: the group's first member) and
-  // sendrecv runs between the group's first two members.
-  const int n = (*client)->group_size();
-  const std::vector<int> members = (*client)->GroupRanks();
-  if (op->kind == OpKind::kSend && n < 2) {
-    return Fail(absl::FailedPreconditionError("sendrecv needs 2 ranks"));
-  }
-  if (args.root < 0) args.root = members.front();
-  if (auto member = (*client)->GroupRank(args.root); !member.ok()) {
-    return Fail(member.status(), true);
-  }
-  // Ranks of different hosts on one GPU (simulated hosts, NCCL_HOSTID): the
-  // bytes go through host sockets and the GPU is time-shared, so the
-  // figures say whether the op works, not how fast the hardware is.
-  const std::string shared_gpu = SharedGpuNote((*client)->world(), members);
-  const int64_t element = static_cast<int64_t>(DTypeSize(*dtype));
-  const std::string prefix = TemporaryPrefix("bench");
-  const std::string in_name = prefix + "in";
-  const std::string out_name = prefix + "out";
-  const bool reduction = IsReduction(op->kind);
-  const bool rooted = HasRoot(op->kind);
+  return sweep;
+}
+
+// The group a sweep runs on and the temporaries it runs on there.
+struct BenchTarget {
+  ClusterClient& client;
+  std::vector<int> members;
+  int n = 0;
+  std::string in_name, out_name;
 
   // Both names on every member, whatever was allocated where: after a
   // partial failure some ranks hold one or both, the rest answer NOT_FOUND.
-  auto free_all = [&] {
-    return FreeTemporaries(**client, {{in_name, members}, {out_name, members}});
-  };
-  auto alloc_all = [&](const std::string& name, int64_t numel) -> absl::Status {
-    // On each worker's own device; zeros.
-    const auto results =
-        (*client)->Alloc(members, TensorSpec{name, *dtype, {numel}});
-    for (const auto& r : results) {
+  bool FreeAll() {
+    return FreeTemporaries(client, {{in_name, members}, {out_name, members}});
+  }
+  // On each worker's own device; zeros.
+  absl::Status Alloc(const std::string& name, DType dtype, int64_t numel) {
+    for (const auto& r :
+         client.Alloc(members, TensorSpec{name, dtype, {numel}})) {
       if (!r.result.ok()) return r.result.status();
     }
     return absl::OkStatus();
-  };
-
-  std::vector<Row> rows;
-  const bool tty = isatty(STDERR_FILENO);
-  for (int64_t bytes = *min_bytes; bytes <= *max_bytes;
-       bytes = factor > 0 ? static_cast<int64_t>(bytes * factor)
-                          : bytes + step) {
-    // Round down so every rank's part is whole, as nccl-tests does.
-    int64_t count = bytes / element;
-    if (op->kind != OpKind::kAllReduce && op->kind != OpKind::kBroadcast &&
-        op->kind != OpKind::kReduce && op->kind != OpKind::kSend) {
-      count = count / n * n;
-    }
-    if (count == 0) continue;
-    const auto [in_count, out_count] = op->buffers(count, n);
-    if (tty && !globals.json()) {
-      std::cerr << "\r[" << rows.size() + 1 << "] "
-                << FormatBytes(count * element) << "    " << std::flush;
-    }
-    Row row;
-    row.bytes = count * element;
-    row.count = count;
-    absl::Status status = alloc_all(in_name, in_count);
-    if (status.ok()) status = alloc_all(out_name, out_count);
-    if (!status.ok()) {
-      free_all();
-      return Fail(status);
-    }
-    for (int in_place = 0; in_place < 2; ++in_place) {
-      auto results = (*client)->Bench([&](int rank) {
-        BenchSpec spec;
-        spec.iters = args.iters;
-        spec.graph_launches = args.graph_launches;
-        spec.warmup_iters = args.warmup;
-        spec.check = args.check != 0;
-        Op& o = spec.op;
-        o.kind = op->kind;
-        o.reduce = *reduce;
-        o.root = args.root;
-        // In place follows nccl-tests: the large buffer is the only one.
-        const bool grows = out_count > in_count;
-        if (op->kind == OpKind::kSend) {
-          const int first = members[0];
-          const int second = members[1];
-          o.kind = rank == first    ? OpKind::kSend
-                   : rank == second ? OpKind::kRecv
-                                    : OpKind::kNop;
-          o.peer = rank == first ? second : first;
-          o.input = rank == first ? in_name : out_name;
-        } else if (in_place) {
-          o.input = grows ? out_name : in_name;
-        } else {
-          o.input = in_name;
-          o.output = out_name;
-        }
-        return spec;
-      });
-      if (ReportRankErrors(results)) {
-        free_all();
-        return kExitFailure;
-      }
-      double slowest = 0;
-      for (const auto& r : results) {
-        slowest = std::max(slowest, r.result->time_us > 0 ? r.result->time_us
-                                                          : r.result->avg_us);
-        row.wrong[in_place] += r.result->wrong;
-        if (in_place == 0) {
-          row.op_min_us = row.op_min_us == 0
-                              ? r.result->min_us
-                              : std::min(row.op_min_us, r.result->min_us);
-          row.op_max_us = std::max(row.op_max_us, r.result->max_us);
-        }
-      }
-      row.time_us[in_place] = slowest;
-      row.algbw[in_place] = slowest > 0 ? row.bytes / slowest / 1e3 : 0;
-      row.busbw[in_place] = row.algbw[in_place] * op->bus_factor(n);
-    }
-    if (args.e2e && op->kind != OpKind::kSend) {
-      // The client's view: sync ops one after another, RPCs included.
-      Op o;
-      o.kind = op->kind;
-      o.reduce = *reduce;
-      o.root = args.root;
-      o.input = in_name;
-      o.output = out_name;
-      std::vector<double> times_us, total_us, queue_us, device_us;
-      times_us.reserve(args.iters);
-      for (int i = 0; i < args.iters; ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        const auto results = (*client)->Collective(o);
-        const auto end = std::chrono::steady_clock::now();
-        if (ReportRankErrors(results)) {
-          free_all();
-          return kExitFailure;
-        }
-        times_us.push_back(
-            std::chrono::duration<double, std::micro>(end - start).count());
-        OpTiming slowest;
-        for (const auto& r : results) {
-          const OpTiming& t = r.result->timing;
-          if (t.total_us >= slowest.total_us) slowest = t;
-        }
-        total_us.push_back(slowest.total_us);
-        queue_us.push_back(slowest.queue_us);
-        device_us.push_back(slowest.device_us);
-      }
-      row.worker_total_p50_us = Percentile(total_us, 0.5);
-      row.worker_queue_p50_us = Percentile(queue_us, 0.5);
-      row.worker_device_p50_us = Percentile(device_us, 0.5);
-      row.e2e_us =
-          std::accumulate(times_us.begin(), times_us.end(), 0.0) / args.iters;
-      // The same ops in one request per rank: what a scripted sweep pays.
-      // One plan is one sample, and the first of its length also pays what
-      // only a first one does (the workers' and the client's buffers of a
-      // plan's length, their first touches): it runs untimed, and the
-      // median of the next kPlanRounds is the figure.
-      Plan plan;
-      plan.steps.assign(args.iters, PlanStep::Collective(o));
-      std::vector<double> plan_us;
-      for (int round = 0; round <= kPlanRounds; ++round) {
-        const auto plan_start = std::chrono::steady_clock::now();
-        const auto planned = (*client)->SubmitPlan(plan);
-        const auto plan_end = std::chrono::steady_clock::now();
-        if (ReportPlanErrors(planned)) {
-          free_all();
-          return kExitFailure;
-        }
-        for (const auto& r : planned) {
-          row.plan_emulated = row.plan_emulated || r.result->emulated;
-        }
-        if (round > 0) {
-          plan_us.push_back(
-              std::chrono::duration<double, std::micro>(plan_end - plan_start)
-                  .count() /
-              args.iters);
-        }
-      }
-      row.e2e_plan_us = Percentile(plan_us, 0.5);
-      row.e2e_p50_us = Percentile(times_us, 0.5);
-      row.e2e_p99_us = Percentile(times_us, 0.99);
-    }
-    if (!free_all()) return kExitFailure;
-    rows.push_back(row);
-    if (factor <= 0 && step <= 0) break;
   }
-  if (tty && !globals.json()) std::cerr << "\r" << std::string(40, ' ') << "\r";
+};
 
-  double busbw_sum = 0;
+// Out of place, then in place, each as one worker-timed bench per rank:
+// the row's times, bandwidths and wrong counts. False after reporting a
+// rank's error.
+bool MeasureOnWorkers(BenchTarget& target, const BenchArgs& args,
+                      const Sweep& sweep, int64_t in_count, int64_t out_count,
+                      Row& row) {
+  const BenchOp& op = *sweep.op;
+  for (int in_place = 0; in_place < 2; ++in_place) {
+    auto results = target.client.Bench([&](int rank) {
+      BenchSpec spec;
+      spec.iters = args.iters;
+      spec.graph_launches = args.graph_launches;
+      spec.warmup_iters = args.warmup;
+      spec.check = args.check != 0;
+      Op& o = spec.op;
+      o.kind = op.kind;
+      o.reduce = sweep.reduce;
+      o.root = args.root;
+      // In place follows nccl-tests: the large buffer is the only one.
+      const bool grows = out_count > in_count;
+      if (op.kind == OpKind::kSend) {
+        const int first = target.members[0];
+        const int second = target.members[1];
+        o.kind = rank == first    ? OpKind::kSend
+                 : rank == second ? OpKind::kRecv
+                                  : OpKind::kNop;
+        o.peer = rank == first ? second : first;
+        o.input = rank == first ? target.in_name : target.out_name;
+      } else if (in_place) {
+        o.input = grows ? target.out_name : target.in_name;
+      } else {
+        o.input = target.in_name;
+        o.output = target.out_name;
+      }
+      return spec;
+    });
+    if (ReportRankErrors(results)) return false;
+    double slowest = 0;
+    for (const auto& r : results) {
+      slowest = std::max(slowest, r.result->time_us > 0 ? r.result->time_us
+                                                        : r.result->avg_us);
+      row.wrong[in_place] += r.result->wrong;
+      if (in_place == 0) {
+        row.op_min_us = row.op_min_us == 0
+                            ? r.result->min_us
+                            : std::min(row.op_min_us, r.result->min_us);
+        row.op_max_us = std::max(row.op_max_us, r.result->max_us);
+      }
+    }
+    row.time_us[in_place] = slowest;
+    row.algbw[in_place] = slowest > 0 ? row.bytes / slowest / 1e3 : 0;
+    row.busbw[in_place] = row.algbw[in_place] * op.bus_factor(target.n);
+  }
+  return true;
+}
+
+// --e2e, the client's view: sync ops one after another, RPCs included, and
+// the same ops as one plan. False after reporting a rank's error.
+bool MeasureAsClient(BenchTarget& target, const BenchArgs& args,
+                     const Sweep& sweep, Row& row) {
+  Op o;
+  o.kind = sweep.op->kind;
+  o.reduce = sweep.reduce;
+  o.root = args.root;
+  o.input = target.in_name;
+  o.output = target.out_name;
+  std::vector<double> times_us, total_us, queue_us, device_us;
+  times_us.reserve(args.iters);
+  for (int i = 0; i < args.iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto results = target.client.Collective(o);
+    const auto end = std::chrono::steady_clock::now();
+    if (ReportRankErrors(results)) return false;
+    times_us.push_back(
+        std::chrono::duration<double, std::micro>(end - start).count());
+    OpTiming slowest;
+    for (const auto& r : results) {
+      const OpTiming& t = r.result->timing;
+      if (t.total_us >= slowest.total_us) slowest = t;
+    }
+    total_us.push_back(slowest.total_us);
+    queue_us.push_back(slowest.queue_us);
+    device_us.push_back(slowest.device_us);
+  }
+  row.worker_total_p50_us = Percentile(total_us, 0.5);
+  row.worker_queue_p50_us = Percentile(queue_us, 0.5);
+  row.worker_device_p50_us = Percentile(device_us, 0.5);
+  row.e2e_us =
+      std::accumulate(times_us.begin(), times_us.end(), 0.0) / args.iters;
+  // The same ops in one request per rank: what a scripted sweep pays.
+  // One plan is one sample, and the first of its length also pays what
+  // only a first one does (the workers' and the client's buffers of a
+  // plan's length, their first touches): it runs untimed, and the
+  // median of the next kPlanRounds is the figure.
+  Plan plan;
+  plan.steps.assign(args.iters, PlanStep::Collective(o));
+  std::vector<double> plan_us;
+  for (int round = 0; round <= kPlanRounds; ++round) {
+    const auto plan_start = std::chrono::steady_clock::now();
+    const auto planned = target.client.SubmitPlan(plan);
+    const auto plan_end = std::chrono::steady_clock::now();
+    if (ReportPlanErrors(planned)) return false;
+    for (const auto& r : planned) {
+      row.plan_emulated = row.plan_emulated || r.result->emulated;
+    }
+    if (round > 0) {
+      plan_us.push_back(
+          std::chrono::duration<double, std::micro>(plan_end - plan_start)
+              .count() /
+          args.iters);
+    }
+  }
+  row.e2e_plan_us = Percentile(plan_us, 0.5);
+  row.e2e_p50_us = Percentile(times_us, 0.5);
+  row.e2e_p99_us = Percentile(times_us, 0.99);
+  return true;
+}
+
+// What every output names besides the rows.
+struct BenchHeader {
+  const BenchOp* op = nullptr;
+  int ranks = 0;
+  std::string type_name, redop;
+  int root = -1;
+  std::string shared_gpu;
+  double avg_busbw = 0;
   int64_t wrong_total = 0;
+};
+
+BenchHeader HeaderOf(const Sweep& sweep, const BenchArgs& args, int ranks,
+                     const std::string& shared_gpu,
+                     const std::vector<Row>& rows) {
+  BenchHeader header;
+  header.op = sweep.op;
+  header.ranks = ranks;
+  header.type_name = std::string(DTypeName(sweep.dtype));
+  header.redop = IsReduction(sweep.op->kind)
+                     ? std::string(ReduceOpName(sweep.reduce))
+                     : "none";
+  header.root = HasRoot(sweep.op->kind) ? args.root : -1;
+  header.shared_gpu = shared_gpu;
+  double busbw_sum = 0;
   for (const Row& row : rows) {
     busbw_sum += row.busbw[0] + row.busbw[1];
-    wrong_total += row.wrong[0] + row.wrong[1];
+    header.wrong_total += row.wrong[0] + row.wrong[1];
   }
-  const double avg_busbw = rows.empty() ? 0 : busbw_sum / (2.0 * rows.size());
-  const std::string type_name(DTypeName(*dtype));
-  const std::string redop =
-      reduction ? std::string(ReduceOpName(*reduce)) : "none";
-  const int root = rooted ? args.root : -1;
+  header.avg_busbw = rows.empty() ? 0 : busbw_sum / (2.0 * rows.size());
+  return header;
+}
 
+std::string CsvOf(const BenchHeader& h, const std::vector<Row>& rows) {
   std::string csv_text =
       "op,size,count,type,redop,root,time_us,algbw,busbw,wrong,"
       "ip_time_us,ip_algbw,ip_busbw,ip_wrong,e2e_us,op_min_us,op_max_us,"
@@ -381,12 +365,182 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     csv_text += absl::StrFormat(
         "%s,%d,%d,%s,%s,%d,%.2f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.2f,%.2f,%."
         "2f,%.2f,%.2f,%.2f,%.2f,%.2f,%.2f\n",
-        op->name, r.bytes, r.count, type_name, redop, root, r.time_us[0],
-        r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1], r.algbw[1],
-        r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us,
+        h.op->name, r.bytes, r.count, h.type_name, h.redop, h.root,
+        r.time_us[0], r.algbw[0], r.busbw[0], r.wrong[0], r.time_us[1],
+        r.algbw[1], r.busbw[1], r.wrong[1], r.e2e_us, r.op_min_us, r.op_max_us,
         r.e2e_p50_us, r.e2e_p99_us, r.worker_total_p50_us,
         r.worker_queue_p50_us, r.worker_device_p50_us, r.e2e_plan_us);
   }
+  return csv_text;
+}
+
+nlohmann::json JsonOf(const BenchHeader& h, const BenchArgs& args,
+                      const std::vector<Row>& rows) {
+  nlohmann::json document = {{"op", h.op->name},     {"ranks", h.ranks},
+                             {"type", h.type_name},  {"redop", h.redop},
+                             {"root", h.root},       {"iters", args.iters},
+                             {"warmup", args.warmup}};
+  // Keys beyond the ones the Python client's bench() shares only when the
+  // options that give them are used, so the two documents stay alike.
+  if (!h.shared_gpu.empty()) document["simulated_hosts"] = h.shared_gpu;
+  if (args.graph_launches > 0) {
+    document["graph_launches"] = args.graph_launches;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    nlohmann::json row = {{"size", r.bytes},
+                          {"count", r.count},
+                          {"time_us", r.time_us[0]},
+                          {"algbw", r.algbw[0]},
+                          {"busbw", r.busbw[0]},
+                          {"wrong", r.wrong[0]},
+                          {"in_place",
+                           {{"time_us", r.time_us[1]},
+                            {"algbw", r.algbw[1]},
+                            {"busbw", r.busbw[1]},
+                            {"wrong", r.wrong[1]}}},
+                          {"e2e_us", r.e2e_us},
+                          {"op_min_us", r.op_min_us},
+                          {"op_max_us", r.op_max_us}};
+    if (args.e2e) {
+      row["e2e_p50_us"] = r.e2e_p50_us;
+      row["e2e_p99_us"] = r.e2e_p99_us;
+      row["worker_total_p50_us"] = r.worker_total_p50_us;
+      row["worker_queue_p50_us"] = r.worker_queue_p50_us;
+      row["worker_device_p50_us"] = r.worker_device_p50_us;
+      row["e2e_plan_us"] = r.e2e_plan_us;
+      row["plan_emulated"] = r.plan_emulated;
+    }
+    out.push_back(row);
+  }
+  document["rows"] = out;
+  document["avg_busbw"] = h.avg_busbw;
+  return document;
+}
+
+// nccl-tests' table, its header and its closing lines.
+void PrintTable(const BenchHeader& h, const BenchArgs& args,
+                const std::vector<Row>& rows) {
+  std::cout << absl::StrFormat(
+      "# ccctl bench %s: %d ranks, %d iters, %d warmup, timed on the "
+      "workers%s\n",
+      h.op->name, h.ranks, args.iters, args.warmup,
+      args.graph_launches > 0 ? absl::StrCat(", in a CUDA graph launched ",
+                                             args.graph_launches, " times")
+                              : "");
+  if (!h.shared_gpu.empty()) std::cout << "# " << h.shared_gpu << "\n";
+  std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
+                               args.e2e ? "                     client" : "");
+  std::cout << absl::StrFormat(
+      "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size",
+      "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+      "time", "algbw", "busbw", "#wrong",
+      args.e2e ? "     mean      p50      p99" : "");
+  std::cout << absl::StrFormat(
+      "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "(B)",
+      "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+      "(GB/s)", "(GB/s)", "", args.e2e ? "     (us)     (us)     (us)" : "");
+  for (const Row& r : rows) {
+    std::cout << absl::StrFormat(
+        "%12d %12d %8s %6s %6d %8.2f %7.2f %7.2f %6s %8.2f %7.2f %7.2f %6s",
+        r.bytes, r.count, h.type_name, h.redop, h.root, r.time_us[0],
+        r.algbw[0], r.busbw[0], args.check ? absl::StrCat(r.wrong[0]) : "N/A",
+        r.time_us[1], r.algbw[1], r.busbw[1],
+        args.check ? absl::StrCat(r.wrong[1]) : "N/A");
+    if (args.e2e) {
+      std::cout << absl::StrFormat(" %8.2f %8.2f %8.2f", r.e2e_us, r.e2e_p50_us,
+                                   r.e2e_p99_us);
+    }
+    std::cout << "\n";
+  }
+  for (const Row& r : rows) {
+    if (!args.e2e || r.e2e_p50_us <= 0) continue;
+    std::cout << absl::StrFormat(
+        "# client p50 at %d B: %.1f us = %.1f on the slowest worker (%.1f "
+        "queued, %.1f moving data) + %.1f RPC and client\n",
+        r.bytes, r.e2e_p50_us, r.worker_total_p50_us, r.worker_queue_p50_us,
+        r.worker_device_p50_us, r.e2e_p50_us - r.worker_total_p50_us);
+    std::cout << absl::StrFormat(
+        "# client per op in a plan of %d at %d B: %.1f us (median of %d "
+        "plans)%s\n",
+        args.iters, r.bytes, r.e2e_plan_us, kPlanRounds,
+        r.plan_emulated ? " (emulated: the workers have no SubmitPlan)" : "");
+  }
+  std::cout << "# Out of bounds values : " << h.wrong_total
+            << (h.wrong_total == 0 ? " OK" : " FAILED") << "\n";
+  std::cout << absl::StrFormat("# Avg bus bandwidth    : %g \n#\n",
+                               h.avg_busbw);
+}
+
+int RunBench(Globals& globals, const BenchArgs& bench_args) {
+  BenchArgs args = bench_args;
+  auto sweep = ParseSweep(args);
+  if (!sweep.ok()) return Fail(sweep.status(), true);
+  const BenchOp& op = *sweep->op;
+  auto client = Connect(globals);
+  if (!client.ok()) return Fail(client.status());
+  // With --group only its members take part and sizes follow the group;
+  // --root is a world rank (-1, the default: the group's first member) and
+  // sendrecv runs between the group's first two members.
+  const std::string prefix = TemporaryPrefix("bench");
+  BenchTarget target{**client, (*client)->GroupRanks(), (*client)->group_size(),
+                     prefix + "in", prefix + "out"};
+  const int n = target.n;
+  if (op.kind == OpKind::kSend && n < 2) {
+    return Fail(absl::FailedPreconditionError("sendrecv needs 2 ranks"));
+  }
+  if (args.root < 0) args.root = target.members.front();
+  if (auto member = (*client)->GroupRank(args.root); !member.ok()) {
+    return Fail(member.status(), true);
+  }
+  // Ranks of different hosts on one GPU (simulated hosts, NCCL_HOSTID): the
+  // bytes go through host sockets and the GPU is time-shared, so the
+  // figures say whether the op works, not how fast the hardware is.
+  const std::string shared_gpu =
+      SharedGpuNote((*client)->world(), target.members);
+  const int64_t element = static_cast<int64_t>(DTypeSize(sweep->dtype));
+
+  std::vector<Row> rows;
+  const bool tty = isatty(STDERR_FILENO);
+  for (int64_t bytes = sweep->min_bytes; bytes <= sweep->max_bytes;
+       bytes = sweep->Next(bytes)) {
+    // Round down so every rank's part is whole, as nccl-tests does.
+    int64_t count = bytes / element;
+    if (op.kind != OpKind::kAllReduce && op.kind != OpKind::kBroadcast &&
+        op.kind != OpKind::kReduce && op.kind != OpKind::kSend) {
+      count = count / n * n;
+    }
+    if (count == 0) continue;
+    const auto [in_count, out_count] = op.buffers(count, n);
+    if (tty && !globals.json()) {
+      std::cerr << "\r[" << rows.size() + 1 << "] "
+                << FormatBytes(count * element) << "    " << std::flush;
+    }
+    Row row;
+    row.bytes = count * element;
+    row.count = count;
+    absl::Status status = target.Alloc(target.in_name, sweep->dtype, in_count);
+    if (status.ok()) {
+      status = target.Alloc(target.out_name, sweep->dtype, out_count);
+    }
+    if (!status.ok()) {
+      target.FreeAll();
+      return Fail(status);
+    }
+    if (!MeasureOnWorkers(target, args, *sweep, in_count, out_count, row) ||
+        (args.e2e && op.kind != OpKind::kSend &&
+         !MeasureAsClient(target, args, *sweep, row))) {
+      target.FreeAll();
+      return kExitFailure;
+    }
+    if (!target.FreeAll()) return kExitFailure;
+    rows.push_back(row);
+    if (sweep->OneSize()) break;
+  }
+  if (tty && !globals.json()) std::cerr << "\r" << std::string(40, ' ') << "\r";
+
+  const BenchHeader header = HeaderOf(*sweep, args, n, shared_gpu, rows);
+  const std::string csv_text = CsvOf(header, rows);
   if (!args.csv.empty()) std::ofstream(args.csv) << csv_text;
   bool plot_failed = false;
   if (!args.plot.empty()) {
@@ -396,100 +550,11 @@ int RunBench(Globals& globals, const BenchArgs& bench_args) {
     }
   }
   if (globals.json()) {
-    nlohmann::json document = {{"op", op->name},       {"ranks", n},
-                               {"type", type_name},    {"redop", redop},
-                               {"root", root},         {"iters", args.iters},
-                               {"warmup", args.warmup}};
-    // Keys beyond the ones the Python client's bench() shares only when the
-    // options that give them are used, so the two documents stay alike.
-    if (!shared_gpu.empty()) document["simulated_hosts"] = shared_gpu;
-    if (args.graph_launches > 0) {
-      document["graph_launches"] = args.graph_launches;
-    }
-    nlohmann::json out = nlohmann::json::array();
-    for (const Row& r : rows) {
-      nlohmann::json row = {{"size", r.bytes},
-                            {"count", r.count},
-                            {"time_us", r.time_us[0]},
-                            {"algbw", r.algbw[0]},
-                            {"busbw", r.busbw[0]},
-                            {"wrong", r.wrong[0]},
-                            {"in_place",
-                             {{"time_us", r.time_us[1]},
-                              {"algbw", r.algbw[1]},
-                              {"busbw", r.busbw[1]},
-                              {"wrong", r.wrong[1]}}},
-                            {"e2e_us", r.e2e_us},
-                            {"op_min_us", r.op_min_us},
-                            {"op_max_us", r.op_max_us}};
-      if (args.e2e) {
-        row["e2e_p50_us"] = r.e2e_p50_us;
-        row["e2e_p99_us"] = r.e2e_p99_us;
-        row["worker_total_p50_us"] = r.worker_total_p50_us;
-        row["worker_queue_p50_us"] = r.worker_queue_p50_us;
-        row["worker_device_p50_us"] = r.worker_device_p50_us;
-        row["e2e_plan_us"] = r.e2e_plan_us;
-        row["plan_emulated"] = r.plan_emulated;
-      }
-      out.push_back(row);
-    }
-    document["rows"] = out;
-    document["avg_busbw"] = avg_busbw;
-    PrintJson(document);
+    PrintJson(JsonOf(header, args, rows));
   } else {
-    std::cout << absl::StrFormat(
-        "# ccctl bench %s: %d ranks, %d iters, %d warmup, timed on the "
-        "workers%s\n",
-        op->name, n, args.iters, args.warmup,
-        args.graph_launches > 0 ? absl::StrCat(", in a CUDA graph launched ",
-                                               args.graph_launches, " times")
-                                : "");
-    if (!shared_gpu.empty()) std::cout << "# " << shared_gpu << "\n";
-    std::cout << absl::StrFormat("#%77s%34s%s\n", "out-of-place", "in-place",
-                                 args.e2e ? "                     client" : "");
-    std::cout << absl::StrFormat(
-        "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size",
-        "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-        "time", "algbw", "busbw", "#wrong",
-        args.e2e ? "     mean      p50      p99" : "");
-    std::cout << absl::StrFormat(
-        "#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "(B)",
-        "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
-        "(GB/s)", "(GB/s)", "", args.e2e ? "     (us)     (us)     (us)" : "");
-    for (const Row& r : rows) {
-      std::cout << absl::StrFormat(
-          "%12d %12d %8s %6s %6d %8.2f %7.2f %7.2f %6s %8.2f %7.2f %7.2f %6s",
-          r.bytes, r.count, type_name, redop, root, r.time_us[0], r.algbw[0],
-          r.busbw[0], args.check ? absl::StrCat(r.wrong[0]) : "N/A",
-          r.time_us[1], r.algbw[1], r.busbw[1],
-          args.check ? absl::StrCat(r.wrong[1]) : "N/A");
-      if (args.e2e) {
-        std::cout << absl::StrFormat(
-            " %8.2f %8.2f %8.2f", r.e2e_us, r.e2e_p50_us, r.e2e_p99_us,
-            r.worker_total_p50_us, r.worker_queue_p50_us,
-            r.worker_device_p50_us);
-      }
-      std::cout << "\n";
-    }
-    for (const Row& r : rows) {
-      if (!args.e2e || r.e2e_p50_us <= 0) continue;
-      std::cout << absl::StrFormat(
-          "# client p50 at %d B: %.1f us = %.1f on the slowest worker (%.1f "
-          "queued, %.1f moving data) + %.1f RPC and client\n",
-          r.bytes, r.e2e_p50_us, r.worker_total_p50_us, r.worker_queue_p50_us,
-          r.worker_device_p50_us, r.e2e_p50_us - r.worker_total_p50_us);
-      std::cout << absl::StrFormat(
-          "# client per op in a plan of %d at %d B: %.1f us (median of %d "
-          "plans)%s\n",
-          args.iters, r.bytes, r.e2e_plan_us, kPlanRounds,
-          r.plan_emulated ? " (emulated: the workers have no SubmitPlan)" : "");
-    }
-    std::cout << "# Out of bounds values : " << wrong_total
-              << (wrong_total == 0 ? " OK" : " FAILED") << "\n";
-    std::cout << absl::StrFormat("# Avg bus bandwidth    : %g \n#\n",
-                                 avg_busbw);
+    PrintTable(header, args, rows);
   }
-  return wrong_total == 0 && !plot_failed ? kExitOk : kExitFailure;
+  return header.wrong_total == 0 && !plot_failed ? kExitOk : kExitFailure;
 }
 
 }  // namespace
