@@ -19,6 +19,7 @@
 #include "client/ccctl/doctor_judge.h"
 #include "client/ccctl/doctor_report.h"
 #include "client/ccctl/format.h"
+#include "common/status_macros.h"
 
 namespace ccl::ctl {
 namespace {
@@ -158,120 +159,126 @@ absl::Status MeasurePairs(
   return absl::OkStatus();
 }
 
-int RunDoctor(Globals& globals, const DoctorArgs& args) {
-  auto size = ParseSize(args.size);
-  auto latency_size = ParseSize(args.latency_size);
-  auto skew_size = ParseSize(args.skew_size);
-  auto budget = ParseDuration(args.budget);
-  for (const absl::Status& s : {size.status(), latency_size.status(),
-                                skew_size.status(), budget.status()}) {
-    if (!s.ok()) return Fail(s, true);
-  }
-  if (*size < 4 || *latency_size < 4 || *skew_size < 4 || args.iters < 1 ||
-      args.latency_iters < 1 || args.warmup < 0 || args.skew_ops < 0 ||
-      args.sample_rounds < 1 || args.partners < 1) {
-    return Fail(absl::InvalidArgumentError(
-                    "sizes must be at least 4 bytes (one float32), -n, "
-                    "--latency-iters, --sample-rounds and --partners at least "
-                    "1, -w and --skew-ops at least 0"),
-                true);
+// The message sizes and the budget, from the flags.
+struct DoctorSizes {
+  int64_t bandwidth = 0, latency = 0, skew = 0;
+  Clock::duration budget{};
+};
+
+// INVALID_ARGUMENT (a usage error) for flags that make no run.
+absl::StatusOr<DoctorSizes> ParseDoctorArgs(const DoctorArgs& args) {
+  DoctorSizes sizes;
+  CCL_ASSIGN_OR_RETURN(sizes.bandwidth, ParseSize(args.size));
+  CCL_ASSIGN_OR_RETURN(sizes.latency, ParseSize(args.latency_size));
+  CCL_ASSIGN_OR_RETURN(sizes.skew, ParseSize(args.skew_size));
+  CCL_ASSIGN_OR_RETURN(sizes.budget, ParseDuration(args.budget));
+  if (sizes.bandwidth < 4 || sizes.latency < 4 || sizes.skew < 4 ||
+      args.iters < 1 || args.latency_iters < 1 || args.warmup < 0 ||
+      args.skew_ops < 0 || args.sample_rounds < 1 || args.partners < 1) {
+    return absl::InvalidArgumentError(
+        "sizes must be at least 4 bytes (one float32), -n, "
+        "--latency-iters, --sample-rounds and --partners at least "
+        "1, -w and --skew-ops at least 0");
   }
   const doctor::Thresholds& t = args.thresholds;
   if (t.bandwidth_tolerance <= 0 || t.bandwidth_tolerance >= 1 ||
       t.latency_tolerance <= 0 || t.sigmas < 0 || t.baseline_tolerance <= 0 ||
       t.baseline_tolerance >= 1) {
-    return Fail(absl::InvalidArgumentError(
-                    "--tolerance and --baseline-tolerance must be in (0, 1), "
-                    "--latency-tolerance above 0, --sigmas at least 0"),
-                true);
+    return absl::InvalidArgumentError(
+        "--tolerance and --baseline-tolerance must be in (0, 1), "
+        "--latency-tolerance above 0, --sigmas at least 0");
   }
-  nlohmann::json saved_baseline;
-  if (!args.baseline.empty()) {
-    std::ifstream in(args.baseline);
-    if (!in) {
-      return Fail(absl::NotFoundError(
-                      absl::StrCat("cannot read the baseline ", args.baseline)),
-                  true);
-    }
-    saved_baseline = nlohmann::json::parse(in, nullptr, false);
-    if (saved_baseline.is_discarded()) {
-      return Fail(absl::InvalidArgumentError(
-                      absl::StrCat(args.baseline,
-                                   " is not JSON; save a baseline with "
-                                   "ccctl doctor --save-baseline FILE")),
-                  true);
-    }
-  }
-  auto client = Connect(globals);
-  if (!client.ok()) return Fail(client.status());
-  const std::vector<int> members = (*client)->GroupRanks();
-  if (members.size() < 2) {
-    return Fail(absl::FailedPreconditionError(
-        "the doctor measures pairs: the group needs at least 2 ranks"));
-  }
-  const auto started = Clock::now();
-  const auto give_up = started + *budget;
+  return sizes;
+}
 
+// The saved run of --baseline; null without one.
+absl::StatusOr<nlohmann::json> ReadBaseline(const std::string& path) {
+  if (path.empty()) return nlohmann::json();
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read the baseline ", path));
+  }
+  nlohmann::json saved = nlohmann::json::parse(in, nullptr, false);
+  if (saved.is_discarded()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     " is not JSON; save a baseline with "
+                     "ccctl doctor --save-baseline FILE"));
+  }
+  return saved;
+}
+
+// The run's description before anything is measured: the group, its
+// ranks by host, the sizes.
+doctor::Run NewRun(ClusterClient& client, const DoctorArgs& args,
+                   const DoctorSizes& sizes, const std::vector<int>& members) {
   doctor::Run run;
-  run.group = (*client)->group();
-  run.generation = (*client)->world().generation;
-  run.bandwidth_bytes = *size / 4 * 4;
-  run.latency_bytes = *latency_size / 4 * 4;
+  run.group = client.group();
+  run.generation = client.world().generation;
+  run.bandwidth_bytes = sizes.bandwidth / 4 * 4;
+  run.latency_bytes = sizes.latency / 4 * 4;
   run.iters = args.iters;
   run.latency_iters = args.latency_iters;
   run.skew_ops = members.size() >= 3 ? args.skew_ops : 0;
-  run.skew_bytes = *skew_size / 4 * 4;
+  run.skew_bytes = sizes.skew / 4 * 4;
   run.thresholds = args.thresholds;
-  run.simulated_hosts = SharedGpuNote((*client)->world(), members);
+  run.simulated_hosts = SharedGpuNote(client.world(), members);
   for (int rank : members) {
     doctor::Rank r{rank, ""};
-    for (const client::Member& m : (*client)->world().members) {
+    for (const client::Member& m : client.world().members) {
       if (m.rank == rank) r.host = m.host_id.empty() ? m.host : m.host_id;
     }
     run.ranks.push_back(r);
   }
-  std::vector<doctor::Cell> baseline_cells;
-  if (!args.baseline.empty()) {
-    auto cells = doctor::BaselineCells(saved_baseline, run);
-    if (!cells.ok()) return Fail(cells.status(), true);
-    baseline_cells = *std::move(cells);
-    run.baseline_file = args.baseline;
-  }
+  return run;
+}
 
-  const std::string prefix = TemporaryPrefix("doctor");
-  const std::string big_in = prefix + "in", big_out = prefix + "out";
-  const std::string small_in = prefix + "lat_in",
-                    small_out = prefix + "lat_out";
-  const std::string skew = prefix + "skew";
-  auto free_all = [&] {
-    return FreeTemporaries(**client, {{big_in, members},
-                                      {big_out, members},
-                                      {small_in, members},
-                                      {small_out, members},
-                                      {skew, members}});
-  };
-  for (const auto& [name, bytes] : std::vector<std::pair<std::string, int64_t>>{
-           {big_in, run.bandwidth_bytes},
-           {big_out, run.bandwidth_bytes},
-           {small_in, run.latency_bytes},
-           {small_out, run.latency_bytes},
-           {skew, run.skew_bytes}}) {
-    for (const auto& r : (*client)->Alloc(
-             members, TensorSpec{name, DType::kFloat32, {bytes / 4}})) {
-      if (!r.result.ok()) {
-        free_all();
-        return Fail(absl::Status(
-            r.result.status().code(),
-            absl::StrCat("rank ", r.rank, ": ", r.result.status().message())));
+// The doctor's temporaries on every member: a large pair (bandwidth), a
+// small pair (latency) and the arrival-skew tensor.
+struct DoctorTensors {
+  ClusterClient& client;
+  std::vector<int> members;
+  std::string prefix = TemporaryPrefix("doctor");
+  std::string big_in = prefix + "in", big_out = prefix + "out";
+  std::string small_in = prefix + "lat_in", small_out = prefix + "lat_out";
+  std::string skew = prefix + "skew";
+
+  // Each name on every member, whatever was allocated where.
+  bool FreeAll() {
+    return FreeTemporaries(client, {{big_in, members},
+                                    {big_out, members},
+                                    {small_in, members},
+                                    {small_out, members},
+                                    {skew, members}});
+  }
+  absl::Status AllocAll(const doctor::Run& run) {
+    for (const auto& [name, bytes] :
+         std::vector<std::pair<std::string, int64_t>>{
+             {big_in, run.bandwidth_bytes},
+             {big_out, run.bandwidth_bytes},
+             {small_in, run.latency_bytes},
+             {small_out, run.latency_bytes},
+             {skew, run.skew_bytes}}) {
+      for (const auto& r : client.Alloc(
+               members, TensorSpec{name, DType::kFloat32, {bytes / 4}})) {
+        if (!r.result.ok()) {
+          return absl::Status(
+              r.result.status().code(),
+              absl::StrCat("rank ", r.rank, ": ", r.result.status().message()));
+        }
       }
     }
+    return absl::OkStatus();
   }
+};
 
-  std::signal(SIGINT, OnInterrupt);
-  // Both sizes over `rounds`, each directed pair's figures into one cell.
-  const doctor::MeasureFn measure = [&](const doctor::Rounds& rounds,
-                                        const std::string& label,
-                                        std::vector<doctor::Cell>& out) {
+// Both sizes over `rounds`, each directed pair's figures into one cell.
+doctor::MeasureFn Measurer(ClusterClient& client, const DoctorArgs& args,
+                           const doctor::Run& run, const DoctorTensors& tensors,
+                           Clock::time_point give_up) {
+  return [&client, &args, &run, &tensors, give_up](
+             const doctor::Rounds& rounds, const std::string& label,
+             std::vector<doctor::Cell>& out) {
     std::map<std::pair<int, int>, doctor::Cell> cells;
     auto record = [&](bool bandwidth) {
       return
@@ -293,13 +300,14 @@ int RunDoctor(Globals& globals, const DoctorArgs& args) {
             }
           };
     };
-    absl::Status status = MeasurePairs(
-        **client, rounds, big_in, big_out, args.iters, args.warmup, args.check,
-        /*fastest_batch=*/false, absl::StrCat(label, "bandwidth"), args.quiet,
-        give_up, record(true));
+    absl::Status status =
+        MeasurePairs(client, rounds, tensors.big_in, tensors.big_out,
+                     args.iters, args.warmup, args.check,
+                     /*fastest_batch=*/false, absl::StrCat(label, "bandwidth"),
+                     args.quiet, give_up, record(true));
     if (status.ok()) {
       status =
-          MeasurePairs(**client, rounds, small_in, small_out,
+          MeasurePairs(client, rounds, tensors.small_in, tensors.small_out,
                        args.latency_iters, args.warmup, args.check,
                        /*fastest_batch=*/true, absl::StrCat(label, "latency"),
                        args.quiet, give_up, record(false));
@@ -307,64 +315,56 @@ int RunDoctor(Globals& globals, const DoctorArgs& args) {
     for (auto& [key, cell] : cells) out.push_back(std::move(cell));
     return status;
   };
+}
+
+// One request per rank of back-to-back all_reduces: a rank that is slow to
+// start each one shows as the one the others wait for. Empty, with
+// run.skew_error set, if they failed.
+std::vector<doctor::CollectiveTimes> MeasureArrivals(
+    ClusterClient& client, const DoctorArgs& args,
+    const std::vector<int>& members, const std::string& skew,
+    doctor::Run& run) {
   std::vector<doctor::CollectiveTimes> collectives;
-  if (run.skew_ops > 0) {
-    // One request per rank of back-to-back all_reduces: a rank that is
-    // slow to start each one shows as the one the others wait for.
-    Op op;
-    op.kind = OpKind::kAllReduce;
-    op.input = skew;
-    Plan plan;
-    plan.steps.assign(run.skew_ops, PlanStep::Collective(op));
-    const auto planned = (*client)->SubmitPlan(plan);
-    collectives.resize(run.skew_ops);
-    for (auto& c : collectives) c.device_us.assign(members.size(), 0);
-    for (const auto& r : planned) {
-      if (!r.result.ok()) {
+  if (run.skew_ops <= 0) return collectives;
+  Op op;
+  op.kind = OpKind::kAllReduce;
+  op.input = skew;
+  Plan plan;
+  plan.steps.assign(run.skew_ops, PlanStep::Collective(op));
+  const auto planned = client.SubmitPlan(plan);
+  collectives.resize(run.skew_ops);
+  for (auto& c : collectives) c.device_us.assign(members.size(), 0);
+  for (const auto& r : planned) {
+    if (!r.result.ok()) {
+      run.skew_error =
+          absl::StrCat("rank ", r.rank, ": ", StatusText(r.result.status()));
+      break;
+    }
+    const auto it = std::find(members.begin(), members.end(), r.rank);
+    for (size_t k = 0;
+         k < r.result->steps.size() && k < static_cast<size_t>(run.skew_ops);
+         ++k) {
+      const WorkStatus& step = r.result->steps[k];
+      if (!step.error.ok()) {
         run.skew_error =
-            absl::StrCat("rank ", r.rank, ": ", StatusText(r.result.status()));
+            absl::StrCat("rank ", r.rank, ": ", StatusText(step.error));
         break;
       }
-      const auto it = std::find(members.begin(), members.end(), r.rank);
-      for (size_t k = 0;
-           k < r.result->steps.size() && k < static_cast<size_t>(run.skew_ops);
-           ++k) {
-        const WorkStatus& step = r.result->steps[k];
-        if (!step.error.ok()) {
-          run.skew_error =
-              absl::StrCat("rank ", r.rank, ": ", StatusText(step.error));
-          break;
-        }
-        collectives[k].device_us[it - members.begin()] = step.timing.device_us;
-      }
-    }
-    if (!run.skew_error.empty()) collectives.clear();
-    if (!args.quiet) {
-      std::cerr << "ccctl doctor: " << run.skew_ops << " all_reduces for the "
-                << "arrival skew" << (run.skew_error.empty() ? "" : " failed")
-                << "\n";
+      collectives[k].device_us[it - members.begin()] = step.timing.device_us;
     }
   }
-  doctor::SearchOptions options;
-  options.sample_rounds = args.bisect ? args.sample_rounds : 0;
-  options.partners = args.partners;
-  options.thresholds = args.thresholds;
-  if (!args.baseline.empty()) options.baseline = &baseline_cells;
-  doctor::Search search;
-  absl::Status measured =
-      doctor::Examine(run.ranks, collectives, options, measure, search);
-  run.cells = std::move(search.cells);
-  run.verdict = std::move(search.verdict);
-  run.rounds = search.rounds;
-  run.remeasured_pairs = search.remeasured_pairs;
-  run.search = search.sampled ? "bisect" : "matrix";
-  const bool freed = free_all();
-  std::signal(SIGINT, SIG_DFL);
-  if (!measured.ok()) return Fail(measured);
-  run.elapsed_s = std::chrono::duration<double>(Clock::now() - started).count();
-  run.finished_unix_s = static_cast<int64_t>(std::time(nullptr));
+  if (!run.skew_error.empty()) collectives.clear();
+  if (!args.quiet) {
+    std::cerr << "ccctl doctor: " << run.skew_ops << " all_reduces for the "
+              << "arrival skew" << (run.skew_error.empty() ? "" : " failed")
+              << "\n";
+  }
+  return collectives;
+}
 
-  const nlohmann::json document = doctor::ToJson(run);
+// --save-baseline, --svg and --prom; false if one could not be written.
+bool WriteOutputs(const DoctorArgs& args, const doctor::Run& run,
+                  const nlohmann::json& document) {
   bool wrote = true;
   auto write = [&](const std::string& path, const std::string& text) {
     if (path.empty()) return;
@@ -376,6 +376,61 @@ int RunDoctor(Globals& globals, const DoctorArgs& args) {
   write(args.save_baseline, document.dump(2) + "\n");
   write(args.svg, doctor::RenderSvg(run));
   write(args.prom, doctor::RenderPrometheus(run));
+  return wrote;
+}
+
+int RunDoctor(Globals& globals, const DoctorArgs& args) {
+  auto sizes = ParseDoctorArgs(args);
+  if (!sizes.ok()) return Fail(sizes.status(), true);
+  auto saved_baseline = ReadBaseline(args.baseline);
+  if (!saved_baseline.ok()) return Fail(saved_baseline.status(), true);
+  auto client = Connect(globals);
+  if (!client.ok()) return Fail(client.status());
+  const std::vector<int> members = (*client)->GroupRanks();
+  if (members.size() < 2) {
+    return Fail(absl::FailedPreconditionError(
+        "the doctor measures pairs: the group needs at least 2 ranks"));
+  }
+  const auto started = Clock::now();
+  doctor::Run run = NewRun(**client, args, *sizes, members);
+  std::vector<doctor::Cell> baseline_cells;
+  if (!args.baseline.empty()) {
+    auto cells = doctor::BaselineCells(*saved_baseline, run);
+    if (!cells.ok()) return Fail(cells.status(), true);
+    baseline_cells = *std::move(cells);
+    run.baseline_file = args.baseline;
+  }
+
+  DoctorTensors tensors{**client, members};
+  if (absl::Status s = tensors.AllocAll(run); !s.ok()) {
+    tensors.FreeAll();
+    return Fail(s);
+  }
+  std::signal(SIGINT, OnInterrupt);
+  const std::vector<doctor::CollectiveTimes> collectives =
+      MeasureArrivals(**client, args, members, tensors.skew, run);
+  doctor::SearchOptions options;
+  options.sample_rounds = args.bisect ? args.sample_rounds : 0;
+  options.partners = args.partners;
+  options.thresholds = args.thresholds;
+  if (!args.baseline.empty()) options.baseline = &baseline_cells;
+  doctor::Search search;
+  absl::Status measured = doctor::Examine(
+      run.ranks, collectives, options,
+      Measurer(**client, args, run, tensors, started + sizes->budget), search);
+  run.cells = std::move(search.cells);
+  run.verdict = std::move(search.verdict);
+  run.rounds = search.rounds;
+  run.remeasured_pairs = search.remeasured_pairs;
+  run.search = search.sampled ? "bisect" : "matrix";
+  const bool freed = tensors.FreeAll();
+  std::signal(SIGINT, SIG_DFL);
+  if (!measured.ok()) return Fail(measured);
+  run.elapsed_s = std::chrono::duration<double>(Clock::now() - started).count();
+  run.finished_unix_s = static_cast<int64_t>(std::time(nullptr));
+
+  const nlohmann::json document = doctor::ToJson(run);
+  const bool wrote = WriteOutputs(args, run, document);
   if (globals.json()) {
     PrintJson(document);
   } else {
