@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/daemon_flags.h"
 #include "common/grpc_errors.h"
@@ -23,6 +25,7 @@
 #include "common/metrics_http.h"
 #include "common/process_safety.h"
 #include "common/security_flags.h"
+#include "common/status_macros.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_service.h"
@@ -37,6 +40,134 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// Everything cccoord is told on its command line or by its environment.
+struct CoordinatorFlags {
+  int world_size = 0;
+  std::string listen = "127.0.0.1:29400";
+  int64_t heartbeat_interval_ms = 1000;
+  int64_t heartbeat_timeout_ms = 10000;
+  int64_t max_heartbeat_rate = 4096;
+  int64_t register_timeout_ms = 300000;
+  int64_t max_value_bytes = 1 << 20;
+  int64_t max_key_bytes = 4096;
+  std::string elastic = "none";
+  ccl::DaemonFlags daemon;
+  ccl::SecurityFlags security;
+};
+
+void AddCoordinatorFlags(CLI::App& app, CoordinatorFlags& f) {
+  app.add_option(
+      "--world-size", f.world_size,
+      "Number of ranks (fallback: $CCL_WORLD_SIZE, then $WORLD_SIZE)");
+  app.add_option("--listen", f.listen, "host:port to serve on (port 0: any)")
+      ->capture_default_str()
+      ->envname("CCL_COORDINATOR_LISTEN");
+  app.add_option("--heartbeat-interval-ms", f.heartbeat_interval_ms,
+                 "Heartbeat period workers are told to use")
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout-ms", f.heartbeat_timeout_ms,
+                 "Silence after which a member is LOST")
+      ->capture_default_str();
+  app.add_option("--max-heartbeat-rate", f.max_heartbeat_rate,
+                 "Heartbeats a second the whole world may send; larger "
+                 "worlds are told a longer interval, and a timeout longer by "
+                 "as much (at least 3 intervals); 0: no limit")
+      ->capture_default_str();
+  app.add_option("--register-timeout-ms", f.register_timeout_ms,
+                 "Default wait for Register/KvWait/GetUniqueId with timeout 0")
+      ->capture_default_str();
+  app.add_option("--max-value-bytes", f.max_value_bytes,
+                 "Largest KV value accepted")
+      ->capture_default_str();
+  app.add_option("--max-key-bytes", f.max_key_bytes, "Longest KV key accepted")
+      ->capture_default_str();
+  app.add_option("--elastic", f.elastic,
+                 "What a formed world does when a rank is lost or leaves: "
+                 "'none' waits for a replacement to take the rank; 'shrink' "
+                 "goes on without it at a new generation, survivors "
+                 "renumbered in order")
+      ->check(CLI::IsMember({"none", "shrink"}))
+      ->capture_default_str()
+      ->envname("CCL_ELASTIC");
+  ccl::AddDaemonFlags(app, f.daemon);
+  ccl::AddSecurityFlags(app, f.security, ccl::SecurityFlagSet::kCoordinator);
+}
+
+// Checks the flags and completes them (the world size from the
+// environment when no flag gave it); sets up logging. An error is the
+// user's to fix (a usage error).
+absl::Status SettleFlags(const CLI::App& app, CoordinatorFlags& f) {
+  CCL_RETURN_IF_ERROR(ccl::SetupDaemonLogging(f.daemon, "cccoord"));
+  if (app.count("--world-size") == 0) {
+    for (const char* name : {"CCL_WORLD_SIZE", "WORLD_SIZE"}) {
+      const char* value = std::getenv(name);
+      if (value == nullptr || *value == '\0') continue;
+      if (!absl::SimpleAtoi(value, &f.world_size)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("$", name, "='", value, "' is not an integer"));
+      }
+      break;
+    }
+  }
+  if (f.world_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--world-size must be a positive integer (got ", f.world_size,
+        "); set it or $CCL_WORLD_SIZE / $WORLD_SIZE"));
+  }
+  if (f.max_value_bytes <= 0 || f.max_key_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "--max-value-bytes and --max-key-bytes must be positive");
+  }
+  return ccl::ResolveSecurityOptions(f.security.token_files,
+                                     &f.security.options);
+}
+
+ccl::coordinator::CoordinatorOptions CoreOptions(const CoordinatorFlags& f) {
+  ccl::coordinator::CoordinatorOptions options;
+  options.world_size = f.world_size;
+  options.heartbeat_interval =
+      std::chrono::milliseconds(f.heartbeat_interval_ms);
+  options.heartbeat_timeout = std::chrono::milliseconds(f.heartbeat_timeout_ms);
+  options.max_heartbeat_rate = f.max_heartbeat_rate;
+  options.default_wait_timeout =
+      std::chrono::milliseconds(f.register_timeout_ms);
+  options.max_value_bytes = static_cast<size_t>(f.max_value_bytes);
+  options.elastic_shrink = f.elastic == "shrink";
+  options.sweep_period = std::chrono::milliseconds(
+      std::max<int64_t>(10, std::min<int64_t>(f.heartbeat_interval_ms, 1000)));
+  return options;
+}
+
+// The Coordinator API's server, started; UNAVAILABLE if it cannot listen.
+// `error_details` must outlive it.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const CoordinatorFlags& f, ccl::coordinator::CoordinatorService& service,
+    std::shared_ptr<grpc::ServerCredentials> credentials,
+    ccl::RequestErrorDetails& error_details, int& port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(f.listen, std::move(credentials), &port);
+  builder.RegisterService(&service);
+  // A client's lease stream carries nothing after its first reply: a client
+  // host that loses power never closes it. Pings on connections with calls
+  // open find such a client within about 30 s and end its lease, so its
+  // reserved seqs wait no longer than the workers' default gap timeout
+  // whatever --seq-gap-timeout-ms says.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  error_details.Install(builder);
+  ccl::EnableHealthAndReflection();
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", f.listen));
+  }
+  return server;
+}
+
+int UsageError(const absl::Status& status) {
+  std::cerr << "cccoord: " << status.message() << "\n";
+  return kUsageError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,151 +179,48 @@ int main(int argc, char** argv) {
   // tenth of the coordinator's CPU while a world of 16k ranks registers.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"cccoord: the ccl coordinator (membership, rendezvous, KV)"};
-  int world_size = 0;
-  std::string listen = "127.0.0.1:29400";
-  int64_t heartbeat_interval_ms = 1000;
-  int64_t heartbeat_timeout_ms = 10000;
-  int64_t max_heartbeat_rate = 4096;
-  int64_t register_timeout_ms = 300000;
-  int64_t max_value_bytes = 1 << 20;
-  int64_t max_key_bytes = 4096;
-  std::string elastic = "none";
-  auto* world_opt = app.add_option(
-      "--world-size", world_size,
-      "Number of ranks (fallback: $CCL_WORLD_SIZE, then $WORLD_SIZE)");
-  app.add_option("--listen", listen, "host:port to serve on (port 0: any)")
-      ->capture_default_str()
-      ->envname("CCL_COORDINATOR_LISTEN");
-  app.add_option("--heartbeat-interval-ms", heartbeat_interval_ms,
-                 "Heartbeat period workers are told to use")
-      ->capture_default_str();
-  app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms,
-                 "Silence after which a member is LOST")
-      ->capture_default_str();
-  app.add_option("--max-heartbeat-rate", max_heartbeat_rate,
-                 "Heartbeats a second the whole world may send; larger "
-                 "worlds are told a longer interval, and a timeout longer by "
-                 "as much (at least 3 intervals); 0: no limit")
-      ->capture_default_str();
-  app.add_option("--register-timeout-ms", register_timeout_ms,
-                 "Default wait for Register/KvWait/GetUniqueId with timeout 0")
-      ->capture_default_str();
-  app.add_option("--max-value-bytes", max_value_bytes,
-                 "Largest KV value accepted")
-      ->capture_default_str();
-  app.add_option("--max-key-bytes", max_key_bytes, "Longest KV key accepted")
-      ->capture_default_str();
-  app.add_option("--elastic", elastic,
-                 "What a formed world does when a rank is lost or leaves: "
-                 "'none' waits for a replacement to take the rank; 'shrink' "
-                 "goes on without it at a new generation, survivors "
-                 "renumbered in order")
-      ->check(CLI::IsMember({"none", "shrink"}))
-      ->capture_default_str()
-      ->envname("CCL_ELASTIC");
-  ccl::DaemonFlags daemon;
-  ccl::AddDaemonFlags(app, daemon);
-  ccl::SecurityFlags security;
-  ccl::AddSecurityFlags(app, security, ccl::SecurityFlagSet::kCoordinator);
+  CoordinatorFlags flags;
+  AddCoordinatorFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = ccl::SetupDaemonLogging(daemon, "cccoord"); !s.ok()) {
-    std::cerr << "cccoord: " << s.message() << "\n";
-    return kUsageError;
-  }
+  if (absl::Status s = SettleFlags(app, flags); !s.ok()) return UsageError(s);
 
-  if (world_opt->count() == 0) {
-    for (const char* name : {"CCL_WORLD_SIZE", "WORLD_SIZE"}) {
-      const char* value = std::getenv(name);
-      if (value == nullptr || *value == '\0') continue;
-      if (!absl::SimpleAtoi(value, &world_size)) {
-        std::cerr << "cccoord: $" << name << "='" << value
-                  << "' is not an integer\n";
-        return kUsageError;
-      }
-      break;
-    }
-  }
-  if (world_size <= 0) {
-    std::cerr << "cccoord: --world-size must be a positive integer (got "
-              << world_size << "); set it or $CCL_WORLD_SIZE / $WORLD_SIZE\n";
-    return kUsageError;
-  }
-  if (max_value_bytes <= 0 || max_key_bytes <= 0) {
-    std::cerr << "cccoord: --max-value-bytes and --max-key-bytes must be "
-                 "positive\n";
-    return kUsageError;
-  }
-
-  ccl::coordinator::CoordinatorOptions options;
-  options.world_size = world_size;
-  options.heartbeat_interval = std::chrono::milliseconds(heartbeat_interval_ms);
-  options.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
-  options.max_heartbeat_rate = max_heartbeat_rate;
-  options.default_wait_timeout = std::chrono::milliseconds(register_timeout_ms);
-  options.max_value_bytes = static_cast<size_t>(max_value_bytes);
-  options.elastic_shrink = elastic == "shrink";
-  options.sweep_period = std::chrono::milliseconds(
-      std::max<int64_t>(10, std::min<int64_t>(heartbeat_interval_ms, 1000)));
-  auto core = ccl::coordinator::CoordinatorCore::Create(std::move(options));
-  if (!core.ok()) {
-    std::cerr << "cccoord: " << core.status().message() << "\n";
-    return kUsageError;
-  }
+  auto core = ccl::coordinator::CoordinatorCore::Create(CoreOptions(flags));
+  if (!core.ok()) return UsageError(core.status());
   ccl::coordinator::CoordinatorLimits limits;
-  limits.max_value_bytes = static_cast<size_t>(max_value_bytes);
-  limits.max_key_bytes = static_cast<size_t>(max_key_bytes);
+  limits.max_value_bytes = static_cast<size_t>(flags.max_value_bytes);
+  limits.max_key_bytes = static_cast<size_t>(flags.max_key_bytes);
   ccl::coordinator::CoordinatorService service(**core, limits);
   ccl::MetricsRegistry metrics;
   ccl::coordinator::RegisterCoordinatorMetrics(metrics, **core);
-  auto metrics_server = ccl::StartMetrics(daemon, &metrics, "cccoord");
+  auto metrics_server = ccl::StartMetrics(flags.daemon, &metrics, "cccoord");
   if (!metrics_server.ok()) {
     std::cerr << "cccoord: " << metrics_server.status().message() << "\n";
     return 1;
   }
-
-  if (absl::Status s =
-          ccl::ResolveSecurityOptions(security.token_files, &security.options);
-      !s.ok()) {
-    std::cerr << "cccoord: " << s.message() << "\n";
-    return kUsageError;
-  }
-  auto credentials = ccl::MakeServerCredentials(security.options, listen);
-  if (!credentials.ok()) {
-    std::cerr << "cccoord: " << credentials.status().message() << "\n";
-    return kUsageError;
-  }
+  auto credentials =
+      ccl::MakeServerCredentials(flags.security.options, flags.listen);
+  if (!credentials.ok()) return UsageError(credentials.status());
   for (const std::string& warning : credentials->warnings) {
     spdlog::warn("{}", warning);
   }
 
   int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, credentials->credentials, &port);
-  builder.RegisterService(&service);
-  // A client's lease stream carries nothing after its first reply: a client
-  // host that loses power never closes it. Pings on connections with calls
-  // open find such a client within about 30 s and end its lease, so its
-  // reserved seqs wait no longer than the workers' default gap timeout
-  // whatever --seq-gap-timeout-ms says.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   ccl::RequestErrorDetails error_details("ccl.v1.Coordinator");
-  error_details.Install(builder);
-  ccl::EnableHealthAndReflection();
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    std::cerr << "cccoord: cannot listen on " << listen << "\n";
+  auto server = StartServer(flags, service, credentials->credentials,
+                            error_details, port);
+  if (!server.ok()) {
+    std::cerr << "cccoord: " << server.status().message() << "\n";
     return 1;
   }
-  ccl::ServingHealth health(*server, "ccl.v1.Coordinator");
+  ccl::ServingHealth health(**server, "ccl.v1.Coordinator");
   health.SetReady(true);
-  std::cout << "cccoord listening on " << HostOf(listen) << ":" << port
+  std::cout << "cccoord listening on " << HostOf(flags.listen) << ":" << port
             << std::endl;
-  spdlog::info("serving world of size {} on {}:{}", world_size, HostOf(listen),
-               port);
-  if (absl::Status s = ccl::WritePortFile(daemon, port); !s.ok()) {
+  spdlog::info("serving world of size {} on {}:{}", flags.world_size,
+               HostOf(flags.listen), port);
+  if (absl::Status s = ccl::WritePortFile(flags.daemon, port); !s.ok()) {
     std::cerr << "cccoord: " << s.message() << "\n";
-    server->Shutdown(std::chrono::system_clock::now());
+    (*server)->Shutdown(std::chrono::system_clock::now());
     return 1;
   }
 
@@ -201,14 +229,15 @@ int main(int argc, char** argv) {
   spdlog::info("signal {}: shutting down", signal_number);
   // Probes see NOT_SERVING for the grace period before the port closes.
   health.SetReady(false);
-  if (daemon.drain_ms > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(daemon.drain_ms));
+  if (flags.daemon.drain_ms > 0) {
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(flags.daemon.drain_ms));
   }
   // Parked calls would otherwise hold Shutdown until their own deadlines.
   (*core)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(500));
-  server->Wait();
+  (*server)->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(500));
+  (*server)->Wait();
   if (*metrics_server) (*metrics_server)->Stop();
   spdlog::info("stopped");
   return 0;
