@@ -134,10 +134,11 @@ std::string LastLines(const std::string& path, size_t count) {
   return absl::StrJoin(lines, "\n  ");
 }
 
-int Up(Globals& globals, UpArgs args) {
+// Checks --workers and --hosts, completing --hosts for one GPU. An error is
+// a usage error.
+absl::Status SettleUpArgs(UpArgs& args) {
   if (args.workers < 1) {
-    return Fail(absl::InvalidArgumentError("--workers must be at least 1"),
-                true);
+    return absl::InvalidArgumentError("--workers must be at least 1");
   }
   // One GPU for every worker (cuda:N): NCCL refuses two ranks of one host
   // on one GPU, so each worker is a simulated host of its own, talking to
@@ -147,23 +148,158 @@ int Up(Globals& globals, UpArgs args) {
     if (args.hosts == 0) {
       args.hosts = args.workers;
     } else if (args.hosts != args.workers) {
-      return Fail(
-          absl::InvalidArgumentError(absl::StrCat(
-              "--device ", args.device, " puts all ", args.workers,
-              " workers on one GPU, and NCCL refuses two ranks of one host "
-              "on one GPU: each worker must be a host of its own (--hosts ",
-              args.workers, ", or leave --hosts out)")),
-          true);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device ", args.device, " puts all ", args.workers,
+          " workers on one GPU, and NCCL refuses two ranks of one host "
+          "on one GPU: each worker must be a host of its own (--hosts ",
+          args.workers, ", or leave --hosts out)"));
     }
   }
   if (args.hosts < 0 || args.hosts > args.workers) {
-    return Fail(absl::InvalidArgumentError(
-                    absl::StrCat("--hosts must be between 0 and --workers (",
-                                 args.workers, "); got ", args.hosts)),
-                true);
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hosts must be between 0 and --workers (", args.workers,
+                     "); got ", args.hosts));
   }
+  return absl::OkStatus();
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Waits for a daemon's port file; the port, or UNAVAILABLE if the daemon
+// exited or the deadline passed first.
+absl::StatusOr<int> AwaitPort(pid_t pid, const std::string& port_file,
+                              Clock::time_point deadline,
+                              const std::string& what, const std::string& log) {
+  while (!fs::exists(port_file) && Alive(pid) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!fs::exists(port_file)) {
+    return absl::UnavailableError(
+        absl::StrCat(what, " did not start; see ", log));
+  }
+  return std::stoi(ReadFile(port_file));
+}
+
+// With --hosts, the workers are split over that many "hosts" of
+// consecutive ranks, each registering through its own cchostagent, as a
+// node's workers do in a large world (docs/deploy.md). Each simulated host
+// is a host to NCCL too (ccworker --host-id): its ranks talk to other
+// hosts' through NCCL's network transport.
+struct SimulatedHosts {
+  std::vector<pid_t> agents;
+  std::vector<std::string> agent_of;    // per worker; empty: none
+  std::vector<std::string> host_id_of;  // per worker
+};
+
+// On failure, the agents started are stopped.
+absl::StatusOr<SimulatedHosts> StartHostAgents(const UpArgs& args,
+                                               const std::string& dir,
+                                               const std::string& coordinator,
+                                               Clock::time_point deadline) {
+  SimulatedHosts hosts;
+  hosts.agent_of.resize(args.workers);
+  hosts.host_id_of.resize(args.workers);
+  const int per_host =
+      args.hosts > 0 ? (args.workers + args.hosts - 1) / args.hosts : 0;
+  for (int h = 0; h < args.hosts; ++h) {
+    const int first = h * per_host;
+    const int count = std::min(per_host, args.workers - first);
+    if (count <= 0) break;
+    const std::string port_file = absl::StrCat(dir, "/host-agent-", h, ".port");
+    const std::string log = absl::StrCat(dir, "/host-agent-", h, ".log");
+    fs::remove(port_file);
+    const pid_t pid =
+        Spawn({FindBinary("cchostagent", "coordinator"), "--coordinator",
+               coordinator, "--listen", "127.0.0.1:0", "--workers",
+               absl::StrCat(count), "--port-file", port_file},
+              log);
+    hosts.agents.push_back(pid);
+    auto port = AwaitPort(pid, port_file, deadline,
+                          absl::StrCat("host agent ", h), log);
+    if (!port.ok()) {
+      StopPids(hosts.agents);
+      return port.status();
+    }
+    for (int i = first; i < first + count; ++i) {
+      hosts.agent_of[i] = absl::StrCat("127.0.0.1:", *port);
+      hosts.host_id_of[i] = absl::StrCat("simhost", h);
+    }
+  }
+  return hosts;
+}
+
+std::vector<pid_t> StartWorkers(const UpArgs& args, const std::string& dir,
+                                const std::string& coordinator,
+                                const SimulatedHosts& hosts,
+                                const std::vector<std::string>& security_args) {
+  std::vector<pid_t> workers;
+  for (int i = 0; i < args.workers; ++i) {
+    std::string device = args.device;
+    if (device == "cuda") device = absl::StrCat("cuda:", i);
+    std::vector<std::string> argv = {FindBinary("ccworker", "server"),
+                                     "--coordinator",
+                                     coordinator,
+                                     "--device",
+                                     device,
+                                     "--rank",
+                                     absl::StrCat(i),
+                                     "--listen",
+                                     "127.0.0.1:0"};
+    if (!hosts.agent_of[i].empty()) {
+      argv.insert(argv.end(), {"--host-agent", hosts.agent_of[i], "--host-id",
+                               hosts.host_id_of[i]});
+    }
+    argv.insert(argv.end(), security_args.begin(), security_args.end());
+    workers.push_back(Spawn(argv, absl::StrCat(dir, "/worker-", i, ".log")));
+  }
+  return workers;
+}
+
+// Ready when the world is complete and every worker says so. A worker that
+// exited will not come back: that is said at once rather than at the
+// deadline. INVALID_ARGUMENT for credentials that cannot work.
+absl::Status AwaitReady(ClientOptions options,
+                        const std::vector<pid_t>& workers,
+                        const std::string& dir, Clock::time_point deadline,
+                        const std::string& wait) {
+  while (Clock::now() < deadline) {
+    auto client = ClusterClient::Connect(options);
+    if (client.ok() && (*client)->world().state == WorldState::kComplete) {
+      bool ready = true;
+      for (const auto& info : (*client)->Info((*client)->AllRanks())) {
+        if (!info.result.ok() || info.result->state != "ready") ready = false;
+      }
+      if (ready) return absl::OkStatus();
+    } else if (!client.ok() &&
+               client.status().code() == absl::StatusCode::kInvalidArgument) {
+      return client.status();
+    }
+    // Its children are ours, so a dead worker is a zombie until reaped here.
+    for (size_t i = 0; i < workers.size(); ++i) {
+      int status = 0;
+      if (waitpid(workers[i], &status, WNOHANG) != workers[i]) continue;
+      const std::string log = absl::StrCat(dir, "/worker-", i, ".log");
+      return absl::UnavailableError(absl::StrCat(
+          "worker ", i, " exited (",
+          WIFEXITED(status) ? absl::StrCat("status ", WEXITSTATUS(status))
+                            : absl::StrCat("signal ", WTERMSIG(status)),
+          ") before the cluster was ready; the end of ", log, ":\n  ",
+          LastLines(log, 3)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the cluster did not become ready within ", wait, "; logs in ", dir));
+}
+
+int Up(Globals& globals, UpArgs args) {
+  if (absl::Status s = SettleUpArgs(args); !s.ok()) return Fail(s, true);
   auto wait = ParseDuration(args.wait);
   if (!wait.ok()) return Fail(wait.status(), true);
+  // What this ccctl will check readiness with: credentials that cannot work
+  // are said before anything starts.
+  auto security = ResolveSecurity(globals);
+  if (!security.ok()) return Fail(security.status(), true);
   const std::string dir = StateDir();
   if (fs::exists(dir + "/state.json")) {
     Down(globals);
@@ -188,135 +324,39 @@ int Up(Globals& globals, UpArgs args) {
       port_file};
   coordinator_argv.insert(coordinator_argv.end(), security_args.begin(),
                           security_args.end());
-  const pid_t coordinator_pid =
-      Spawn(coordinator_argv, dir + "/coordinator.log");
-  const auto deadline = std::chrono::steady_clock::now() + *wait;
-  while (!fs::exists(port_file) && Alive(coordinator_pid) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!fs::exists(port_file)) {
+  const std::string coordinator_log = dir + "/coordinator.log";
+  const pid_t coordinator_pid = Spawn(coordinator_argv, coordinator_log);
+  const auto deadline = Clock::now() + *wait;
+  auto port = AwaitPort(coordinator_pid, port_file, deadline, "the coordinator",
+                        coordinator_log);
+  if (!port.ok()) {
     StopPids({coordinator_pid});
-    return Fail(absl::UnavailableError(absl::StrCat(
-        "the coordinator did not start; see ", dir, "/coordinator.log")));
+    return Fail(port.status());
   }
-  const std::string address =
-      absl::StrCat("127.0.0.1:", std::stoi(ReadFile(port_file)));
-  // With --hosts, the workers are split over that many "hosts" of
-  // consecutive ranks, each registering through its own cchostagent, as a
-  // node's workers do in a large world (docs/deploy.md).
-  std::vector<pid_t> host_agents;
-  std::vector<std::string> host_agent_of(args.workers);
-  // Each simulated host is a host to NCCL too (ccworker --host-id): its
-  // ranks talk to other hosts' through NCCL's network transport.
-  std::vector<std::string> host_id_of(args.workers);
-  const int per_host =
-      args.hosts > 0 ? (args.workers + args.hosts - 1) / args.hosts : 0;
-  for (int h = 0; h < args.hosts; ++h) {
-    const int first = h * per_host;
-    const int count = std::min(per_host, args.workers - first);
-    if (count <= 0) break;
-    const std::string agent_port_file =
-        absl::StrCat(dir, "/host-agent-", h, ".port");
-    fs::remove(agent_port_file);
-    const pid_t pid =
-        Spawn({FindBinary("cchostagent", "coordinator"), "--coordinator",
-               address, "--listen", "127.0.0.1:0", "--workers",
-               absl::StrCat(count), "--port-file", agent_port_file},
-              absl::StrCat(dir, "/host-agent-", h, ".log"));
-    host_agents.push_back(pid);
-    while (!fs::exists(agent_port_file) && Alive(pid) &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!fs::exists(agent_port_file)) {
-      host_agents.push_back(coordinator_pid);
-      StopPids(host_agents);
-      return Fail(absl::UnavailableError(
-          absl::StrCat("host agent ", h, " did not start; see ", dir,
-                       "/host-agent-", h, ".log")));
-    }
-    for (int i = first; i < first + count; ++i) {
-      host_agent_of[i] =
-          absl::StrCat("127.0.0.1:", std::stoi(ReadFile(agent_port_file)));
-      host_id_of[i] = absl::StrCat("simhost", h);
-    }
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  auto hosts = StartHostAgents(args, dir, address, deadline);
+  if (!hosts.ok()) {
+    StopPids({coordinator_pid});
+    return Fail(hosts.status());
   }
-  std::vector<pid_t> workers;
-  for (int i = 0; i < args.workers; ++i) {
-    std::string device = args.device;
-    if (device == "cuda") device = absl::StrCat("cuda:", i);
-    std::vector<std::string> worker_argv = {FindBinary("ccworker", "server"),
-                                            "--coordinator",
-                                            address,
-                                            "--device",
-                                            device,
-                                            "--rank",
-                                            absl::StrCat(i),
-                                            "--listen",
-                                            "127.0.0.1:0"};
-    if (!host_agent_of[i].empty()) {
-      worker_argv.insert(worker_argv.end(), {"--host-agent", host_agent_of[i],
-                                             "--host-id", host_id_of[i]});
-    }
-    worker_argv.insert(worker_argv.end(), security_args.begin(),
-                       security_args.end());
-    workers.push_back(
-        Spawn(worker_argv, absl::StrCat(dir, "/worker-", i, ".log")));
-  }
+  const std::vector<pid_t> workers =
+      StartWorkers(args, dir, address, *hosts, security_args);
   nlohmann::json state = {{"coordinator", address},
                           {"coordinator_pid", coordinator_pid},
                           {"workers", workers},
-                          {"host_agents", host_agents},
+                          {"host_agents", hosts->agents},
                           {"device", args.device}};
   std::ofstream(dir + "/state.json") << state.dump(2) << "\n";
 
-  // Ready when the world is complete and every worker says so.
-  auto security = ResolveSecurity(globals);
-  if (!security.ok()) {
-    Down(globals);
-    return Fail(security.status(), true);
-  }
   ClientOptions options;
   options.coordinator = address;
   options.timeout = std::chrono::seconds(5);
   options.security = *security;
-  bool ready = false;
-  while (!ready && std::chrono::steady_clock::now() < deadline) {
-    auto client = ClusterClient::Connect(options);
-    if (client.ok() && (*client)->world().state == WorldState::kComplete) {
-      ready = true;
-      for (const auto& info : (*client)->Info((*client)->AllRanks())) {
-        if (!info.result.ok() || info.result->state != "ready") ready = false;
-      }
-    } else if (!client.ok() &&
-               client.status().code() == absl::StatusCode::kInvalidArgument) {
-      // Credentials that cannot work never will.
-      Down(globals);
-      return Fail(client.status(), true);
-    }
-    // A worker that exited will not come back: say why at once rather
-    // than at the deadline (its children are ours, so a dead one is a
-    // zombie until reaped here).
-    for (size_t i = 0; i < workers.size() && !ready; ++i) {
-      int status = 0;
-      if (waitpid(workers[i], &status, WNOHANG) != workers[i]) continue;
-      const std::string log = absl::StrCat(dir, "/worker-", i, ".log");
-      Down(globals);
-      return Fail(absl::UnavailableError(absl::StrCat(
-          "worker ", i, " exited (",
-          WIFEXITED(status) ? absl::StrCat("status ", WEXITSTATUS(status))
-                            : absl::StrCat("signal ", WTERMSIG(status)),
-          ") before the cluster was ready; the end of ", log, ":\n  ",
-          LastLines(log, 3))));
-    }
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (!ready) {
+  if (absl::Status ready =
+          AwaitReady(options, workers, dir, deadline, args.wait);
+      !ready.ok()) {
     Down(globals);
-    return Fail(absl::DeadlineExceededError(
-        absl::StrCat("the cluster did not become ready within ", args.wait,
-                     "; logs in ", dir)));
+    return Fail(ready, ready.code() == absl::StatusCode::kInvalidArgument);
   }
   if (globals.json()) {
     PrintJson(state);
