@@ -305,20 +305,6 @@ absl::StatusOr<std::unique_ptr<CommWork>> GlooCommunicator::Launch(
 }
 
 absl::Status GlooCommunicator::Run(const BoundOp& op) {
-  const size_t esize = DTypeSize(op.dtype);
-  const size_t n = static_cast<size_t>(op.count);
-  const size_t bytes = n * esize;
-  const size_t world = static_cast<size_t>(size_);
-  const uint32_t tag = static_cast<uint32_t>(op.seq);
-  // Gloo rejects non-positive timeouts in some options.
-  const std::chrono::milliseconds timeout =
-      std::max(op.timeout, std::chrono::milliseconds(1));
-  auto buffer = [&](const void* p, size_t size) {
-    return context_->createUnboundBuffer(const_cast<void*>(p), size);
-  };
-  auto* in_bytes = static_cast<const std::byte*>(op.input);
-  auto* out_bytes = static_cast<std::byte*>(op.output);
-
   if (op.kind == OpKind::kNop) return absl::OkStatus();
   if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) return SendRecv(op);
   // Gloo trusts the sizes it is given: a peer's larger message ends the
@@ -327,145 +313,43 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
   if (op.agreement == Agreement::kSkip) {
     CCL_RETURN_IF_ERROR(AgreeCollective(op));
   }
+  // Gloo rejects non-positive timeouts in some options.
+  const std::chrono::milliseconds timeout =
+      std::max(op.timeout, std::chrono::milliseconds(1));
   if (op.kind == OpKind::kBarrier) {
     gloo::BarrierOptions opts(context_);
-    opts.setTag(tag);
+    opts.setTag(static_cast<uint32_t>(op.seq));
     opts.setTimeout(timeout);
     gloo::barrier(opts);
     return absl::OkStatus();
   }
   // Empty tensors move nothing; every rank agrees on that without talking.
-  if (n == 0) return absl::OkStatus();
-
+  if (op.count == 0) return absl::OkStatus();
   switch (op.kind) {
-    case OpKind::kAllReduce: {
-      const void* in = op.input;
-      if (op.reduce_op == ReduceOp::kPremulSum) {
-        ScaleElements(op.dtype, op.output, in, n, op.premul_scale);
-        in = op.output;
-      }
-      const GlooReduction reduction = ForGloo(op.dtype, op.reduce_op, n);
-      WithElementOfSize(reduction.element_size, [&](auto t) {
-        using T = typename decltype(t)::type;
-        gloo::AllreduceOptions opts(context_);
-        if (in != op.output) {
-          opts.setInput<T>(static_cast<T*>(const_cast<void*>(in)),
-                           reduction.elements);
-        }
-        opts.setOutput<T>(static_cast<T*>(op.output), reduction.elements);
-        opts.setReduceFunction(reduction.reduce);
-        opts.setTag(tag);
-        opts.setTimeout(timeout);
-        gloo::allreduce(opts);
-      });
-      if (op.reduce_op == ReduceOp::kAvg) {
-        DivideElements(op.dtype, op.output, n, size_);
-      }
-      return absl::OkStatus();
-    }
-    case OpKind::kBroadcast: {
-      gloo::BroadcastOptions opts(context_);
-      if (rank_ == op.root && op.input != op.output) {
-        opts.setInput<uint8_t>(buffer(op.input, bytes));
-      }
-      opts.setOutput<uint8_t>(buffer(op.output, bytes));
-      opts.setRoot(op.root);
-      opts.setTag(tag);
-      opts.setTimeout(timeout);
-      gloo::broadcast(opts);
-      return absl::OkStatus();
-    }
-    case OpKind::kReduce: {
-      // Off the root Gloo uses its output as workspace; pointing it at
-      // scratch leaves the caller's tensors on non-root ranks unchanged.
-      void* work = rank_ == op.root ? op.output : Scratch(bytes);
-      // Gloo's reduce accumulates into the output buffer of every rank
-      // without first copying the input there, so a separate input would
-      // mix in whatever the buffer held (stale scratch off the root).
-      // Running in place on a copy avoids that.
-      if (op.reduce_op == ReduceOp::kPremulSum) {
-        ScaleElements(op.dtype, work, op.input, n, op.premul_scale);
-      } else if (op.input != work) {
-        std::memcpy(work, op.input, bytes);
-      }
-      const GlooReduction reduction = ForGloo(op.dtype, op.reduce_op, n);
-      WithElementOfSize(reduction.element_size, [&](auto t) {
-        using T = typename decltype(t)::type;
-        gloo::ReduceOptions opts(context_);
-        opts.setOutput<T>(static_cast<T*>(work), reduction.elements);
-        opts.setRoot(op.root);
-        opts.setReduceFunction(reduction.reduce);
-        opts.setTag(tag);
-        opts.setTimeout(timeout);
-        gloo::reduce(opts);
-      });
-      if (op.reduce_op == ReduceOp::kAvg && rank_ == op.root) {
-        DivideElements(op.dtype, work, n, size_);
-      }
-      return absl::OkStatus();
-    }
-    case OpKind::kAllGather: {
-      gloo::AllgatherOptions opts(context_);
-      if (in_bytes != out_bytes + rank_ * bytes) {
-        opts.setInput<uint8_t>(buffer(op.input, bytes));
-      }
-      opts.setOutput<uint8_t>(buffer(op.output, world * bytes));
-      opts.setTag(tag);
-      opts.setTimeout(timeout);
-      gloo::allgather(opts);
-      return absl::OkStatus();
-    }
+    case OpKind::kAllReduce:
+      AllReduce(op, timeout);
+      break;
+    case OpKind::kBroadcast:
+      Broadcast(op, timeout);
+      break;
+    case OpKind::kReduce:
+      Reduce(op, timeout);
+      break;
+    case OpKind::kAllGather:
+      AllGather(op, timeout);
+      break;
     case OpKind::kReduceScatter:
       RingReduceScatter(op, timeout);
-      return absl::OkStatus();
-    case OpKind::kGather: {
-      gloo::GatherOptions opts(context_);
-      opts.setInput<uint8_t>(buffer(op.input, bytes));
-      // In place at the root Gloo copies the root's chunk onto itself,
-      // which is harmless.
-      if (rank_ == op.root) {
-        opts.setOutput<uint8_t>(buffer(op.output, world * bytes));
-      }
-      opts.setRoot(op.root);
-      opts.setTag(tag);
-      opts.setTimeout(timeout);
-      gloo::gather(opts);
-      return absl::OkStatus();
-    }
-    case OpKind::kScatter: {
-      gloo::ScatterOptions opts(context_);
-      if (rank_ == op.root) {
-        std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inputs;
-        inputs.reserve(world);
-        for (size_t j = 0; j < world; ++j) {
-          inputs.push_back(buffer(in_bytes + j * bytes, bytes));
-        }
-        opts.setInputs<uint8_t>(std::move(inputs));
-      }
-      opts.setOutput<uint8_t>(buffer(op.output, bytes));
-      opts.setRoot(op.root);
-      opts.setTag(tag);
-      opts.setTimeout(timeout);
-      gloo::scatter(opts);
-      return absl::OkStatus();
-    }
-    case OpKind::kAllToAll: {
-      // Gloo receives into chunks it may not have sent yet, so in place
-      // needs a staged copy of the input.
-      const void* in = op.input;
-      if (op.input == op.output) {
-        std::byte* scratch = Scratch(world * bytes);
-        std::memcpy(scratch, op.input, world * bytes);
-        in = scratch;
-      }
-      gloo::AlltoallOptions opts(context_);
-      opts.setInput<uint8_t>(buffer(in, world * bytes));
-      opts.setOutput<uint8_t>(buffer(op.output, world * bytes));
-      opts.setTag(tag);
-      opts.setTimeout(timeout);
-      gloo::alltoall(opts);
-      return absl::OkStatus();
-    }
+      break;
+    case OpKind::kGather:
+      Gather(op, timeout);
+      break;
+    case OpKind::kScatter:
+      Scatter(op, timeout);
+      break;
+    case OpKind::kAllToAll:
+      AllToAll(op, timeout);
+      break;
     case OpKind::kSend:
     case OpKind::kRecv:
     case OpKind::kBarrier:
@@ -473,6 +357,157 @@ absl::Status GlooCommunicator::Run(const BoundOp& op) {
       break;
   }
   return absl::OkStatus();
+}
+
+std::unique_ptr<gloo::transport::UnboundBuffer> GlooCommunicator::Unbound(
+    const void* data, size_t bytes) {
+  return context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+}
+
+void GlooCommunicator::AllReduce(const BoundOp& op,
+                                 std::chrono::milliseconds timeout) {
+  const size_t n = static_cast<size_t>(op.count);
+  const void* in = op.input;
+  if (op.reduce_op == ReduceOp::kPremulSum) {
+    ScaleElements(op.dtype, op.output, in, n, op.premul_scale);
+    in = op.output;
+  }
+  const GlooReduction reduction = ForGloo(op.dtype, op.reduce_op, n);
+  WithElementOfSize(reduction.element_size, [&](auto t) {
+    using T = typename decltype(t)::type;
+    gloo::AllreduceOptions opts(context_);
+    if (in != op.output) {
+      opts.setInput<T>(static_cast<T*>(const_cast<void*>(in)),
+                       reduction.elements);
+    }
+    opts.setOutput<T>(static_cast<T*>(op.output), reduction.elements);
+    opts.setReduceFunction(reduction.reduce);
+    opts.setTag(static_cast<uint32_t>(op.seq));
+    opts.setTimeout(timeout);
+    gloo::allreduce(opts);
+  });
+  if (op.reduce_op == ReduceOp::kAvg) {
+    DivideElements(op.dtype, op.output, n, size_);
+  }
+}
+
+void GlooCommunicator::Broadcast(const BoundOp& op,
+                                 std::chrono::milliseconds timeout) {
+  const size_t bytes = static_cast<size_t>(op.count) * DTypeSize(op.dtype);
+  gloo::BroadcastOptions opts(context_);
+  if (rank_ == op.root && op.input != op.output) {
+    opts.setInput<uint8_t>(Unbound(op.input, bytes));
+  }
+  opts.setOutput<uint8_t>(Unbound(op.output, bytes));
+  opts.setRoot(op.root);
+  opts.setTag(static_cast<uint32_t>(op.seq));
+  opts.setTimeout(timeout);
+  gloo::broadcast(opts);
+}
+
+void GlooCommunicator::Reduce(const BoundOp& op,
+                              std::chrono::milliseconds timeout) {
+  const size_t n = static_cast<size_t>(op.count);
+  const size_t bytes = n * DTypeSize(op.dtype);
+  // Off the root Gloo uses its output as workspace; pointing it at
+  // scratch leaves the caller's tensors on non-root ranks unchanged.
+  void* work = rank_ == op.root ? op.output : Scratch(bytes);
+  // Gloo's reduce accumulates into the output buffer of every rank
+  // without first copying the input there, so a separate input would
+  // mix in whatever the buffer held (stale scratch off the root).
+  // Running in place on a copy avoids that.
+  if (op.reduce_op == ReduceOp::kPremulSum) {
+    ScaleElements(op.dtype, work, op.input, n, op.premul_scale);
+  } else if (op.input != work) {
+    std::memcpy(work, op.input, bytes);
+  }
+  const GlooReduction reduction = ForGloo(op.dtype, op.reduce_op, n);
+  WithElementOfSize(reduction.element_size, [&](auto t) {
+    using T = typename decltype(t)::type;
+    gloo::ReduceOptions opts(context_);
+    opts.setOutput<T>(static_cast<T*>(work), reduction.elements);
+    opts.setRoot(op.root);
+    opts.setReduceFunction(reduction.reduce);
+    opts.setTag(static_cast<uint32_t>(op.seq));
+    opts.setTimeout(timeout);
+    gloo::reduce(opts);
+  });
+  if (op.reduce_op == ReduceOp::kAvg && rank_ == op.root) {
+    DivideElements(op.dtype, work, n, size_);
+  }
+}
+
+void GlooCommunicator::AllGather(const BoundOp& op,
+                                 std::chrono::milliseconds timeout) {
+  const size_t bytes = static_cast<size_t>(op.count) * DTypeSize(op.dtype);
+  const size_t world = static_cast<size_t>(size_);
+  gloo::AllgatherOptions opts(context_);
+  if (static_cast<const std::byte*>(op.input) !=
+      static_cast<std::byte*>(op.output) + rank_ * bytes) {
+    opts.setInput<uint8_t>(Unbound(op.input, bytes));
+  }
+  opts.setOutput<uint8_t>(Unbound(op.output, world * bytes));
+  opts.setTag(static_cast<uint32_t>(op.seq));
+  opts.setTimeout(timeout);
+  gloo::allgather(opts);
+}
+
+void GlooCommunicator::Gather(const BoundOp& op,
+                              std::chrono::milliseconds timeout) {
+  const size_t bytes = static_cast<size_t>(op.count) * DTypeSize(op.dtype);
+  const size_t world = static_cast<size_t>(size_);
+  gloo::GatherOptions opts(context_);
+  opts.setInput<uint8_t>(Unbound(op.input, bytes));
+  // In place at the root Gloo copies the root's chunk onto itself, which
+  // is harmless.
+  if (rank_ == op.root) {
+    opts.setOutput<uint8_t>(Unbound(op.output, world * bytes));
+  }
+  opts.setRoot(op.root);
+  opts.setTag(static_cast<uint32_t>(op.seq));
+  opts.setTimeout(timeout);
+  gloo::gather(opts);
+}
+
+void GlooCommunicator::Scatter(const BoundOp& op,
+                               std::chrono::milliseconds timeout) {
+  const size_t bytes = static_cast<size_t>(op.count) * DTypeSize(op.dtype);
+  const size_t world = static_cast<size_t>(size_);
+  gloo::ScatterOptions opts(context_);
+  if (rank_ == op.root) {
+    auto* in_bytes = static_cast<const std::byte*>(op.input);
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> inputs;
+    inputs.reserve(world);
+    for (size_t j = 0; j < world; ++j) {
+      inputs.push_back(Unbound(in_bytes + j * bytes, bytes));
+    }
+    opts.setInputs<uint8_t>(std::move(inputs));
+  }
+  opts.setOutput<uint8_t>(Unbound(op.output, bytes));
+  opts.setRoot(op.root);
+  opts.setTag(static_cast<uint32_t>(op.seq));
+  opts.setTimeout(timeout);
+  gloo::scatter(opts);
+}
+
+void GlooCommunicator::AllToAll(const BoundOp& op,
+                                std::chrono::milliseconds timeout) {
+  const size_t bytes = static_cast<size_t>(op.count) * DTypeSize(op.dtype);
+  const size_t world = static_cast<size_t>(size_);
+  // Gloo receives into chunks it may not have sent yet, so in place needs
+  // a staged copy of the input.
+  const void* in = op.input;
+  if (op.input == op.output) {
+    std::byte* scratch = Scratch(world * bytes);
+    std::memcpy(scratch, op.input, world * bytes);
+    in = scratch;
+  }
+  gloo::AlltoallOptions opts(context_);
+  opts.setInput<uint8_t>(Unbound(in, world * bytes));
+  opts.setOutput<uint8_t>(Unbound(op.output, world * bytes));
+  opts.setTag(static_cast<uint32_t>(op.seq));
+  opts.setTimeout(timeout);
+  gloo::alltoall(opts);
 }
 
 absl::Status GlooCommunicator::AgreeCollective(const BoundOp& op) {

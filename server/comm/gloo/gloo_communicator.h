@@ -22,7 +22,10 @@
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
 }
+}  // namespace gloo
 
 namespace ccl {
 
@@ -76,8 +79,20 @@ class GlooCommunicator final : public Communicator {
   // Point to point: the sender's and receiver's views of the op cross
   // before any data moves, so sizes that differ fail on both sides.
   absl::Status SendRecv(const BoundOp& op);
+  // One collective each, on this rank's part of `op` (count > 0); each may
+  // throw as Run does.
+  void AllReduce(const BoundOp& op, std::chrono::milliseconds timeout);
+  void Broadcast(const BoundOp& op, std::chrono::milliseconds timeout);
+  void Reduce(const BoundOp& op, std::chrono::milliseconds timeout);
+  void AllGather(const BoundOp& op, std::chrono::milliseconds timeout);
+  void Gather(const BoundOp& op, std::chrono::milliseconds timeout);
+  void Scatter(const BoundOp& op, std::chrono::milliseconds timeout);
+  void AllToAll(const BoundOp& op, std::chrono::milliseconds timeout);
   // reduce_scatter as a ring (Gloo 0.5 has none of its own).
   void RingReduceScatter(const BoundOp& op, std::chrono::milliseconds timeout);
+  // `bytes` at `data` as Gloo's transport sees them.
+  std::unique_ptr<gloo::transport::UnboundBuffer> Unbound(const void* data,
+                                                          size_t bytes);
   // Scratch memory for ops that need a staging buffer (reduce off root,
   // reduce_scatter, in-place all_to_all, premul_sum). Kept between ops so
   // benchmarks do not pay for the allocation; not counted in the tensor
