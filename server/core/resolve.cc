@@ -1,5 +1,7 @@
 #include "server/core/resolve.h"
 
+#include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -75,172 +77,213 @@ absl::StatusOr<BoundOp> RequestHeader(
   return op;
 }
 
+// Binds an op's tensors (by name in `store`) to its BoundOp's buffers and
+// count, one method per shape of op, checking the tensors against each
+// other and the group. Error wording is built only on an error: this runs
+// for every op of a plan, and a description per op was a visible share of
+// a plan's cost.
+class Binder {
+ public:
+  Binder(const OpSpec& spec, const Communicator& comm, TensorStore& store,
+         BoundOp& op)
+      : spec_(spec),
+        store_(store),
+        op_(op),
+        rank_(comm.rank()),
+        world_(comm.size()),
+        in_place_(spec.output.empty() || spec.output == spec.input),
+        root_(comm.rank() == spec.root) {}
+
+  absl::Status Bind() {
+    switch (spec_.kind) {
+      case OpKind::kAllReduce:
+      case OpKind::kBroadcast:
+      case OpKind::kReduce:
+      case OpKind::kAllToAll:
+        return BindSameShape();
+      case OpKind::kAllGather:
+      case OpKind::kGather:
+        return BindGathered();
+      case OpKind::kReduceScatter:
+      case OpKind::kScatter:
+        return BindScattered();
+      case OpKind::kSend: {
+        CCL_ASSIGN_OR_RETURN(in_, Lookup(spec_.input, "an input"));
+        op_.count = in_->numel();
+        op_.input = in_->data();
+        return absl::OkStatus();
+      }
+      case OpKind::kRecv: {
+        const std::string& target =
+            spec_.output.empty() ? spec_.input : spec_.output;
+        CCL_ASSIGN_OR_RETURN(out_, Lookup(target, "a destination"));
+        op_.count = out_->numel();
+        op_.output = out_->data();
+        return absl::OkStatus();
+      }
+      default:
+        return absl::OkStatus();
+    }
+  }
+
+  absl::Status Fail(const std::string& message) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DescribeOp(spec_), ": ", message));
+  }
+  const std::shared_ptr<Tensor>& in() const { return in_; }
+  const std::shared_ptr<Tensor>& out() const { return out_; }
+
+ private:
+  // all_reduce, broadcast, reduce, all_to_all: output as large as input.
+  absl::Status BindSameShape() {
+    CCL_ASSIGN_OR_RETURN(in_, Lookup(spec_.input, "an input"));
+    out_ = in_;
+    if (!in_place_) {
+      CCL_ASSIGN_OR_RETURN(out_, Lookup(spec_.output, "an output"));
+      CCL_RETURN_IF_ERROR(SameDType(*in_, *out_));
+      if (out_->numel() != in_->numel()) {
+        return Fail(absl::StrCat("input '", in_->name(), "' has ", in_->numel(),
+                                 " elements but output '", out_->name(),
+                                 "' has ", out_->numel()));
+      }
+    }
+    op_.count = in_->numel();
+    if (spec_.kind == OpKind::kAllToAll) {
+      CCL_RETURN_IF_ERROR(Divisible(*in_));
+      op_.count = in_->numel() / world_;
+    }
+    op_.input = in_->data();
+    op_.output = out_->data();
+    return absl::OkStatus();
+  }
+
+  // all_gather, gather: output world times the input; in place, the input
+  // is this rank's chunk of the tensor.
+  absl::Status BindGathered() {
+    const bool gather = spec_.kind == OpKind::kGather;
+    CCL_ASSIGN_OR_RETURN(in_, Lookup(spec_.input, "an input"));
+    if (in_place_) {
+      CCL_RETURN_IF_ERROR(Divisible(*in_));
+      op_.count = in_->numel() / world_;
+      op_.input = At(*in_, rank_ * op_.count);
+      op_.output = (!gather || root_) ? in_->data() : nullptr;
+      return absl::OkStatus();
+    }
+    op_.count = in_->numel();
+    op_.input = in_->data();
+    if (gather && !root_) {
+      out_ = Optional(spec_.output);
+    } else {
+      CCL_ASSIGN_OR_RETURN(out_, Lookup(spec_.output, "an output"));
+    }
+    if (out_) {
+      CCL_RETURN_IF_ERROR(SameDType(*in_, *out_));
+      if (out_->numel() != world_ * in_->numel()) {
+        return Fail(absl::StrCat(
+            "output '", out_->name(), "' has ", out_->numel(),
+            " elements but needs world size ", world_, " x input '",
+            in_->name(), "' (", in_->numel(), ") = ", world_ * in_->numel()));
+      }
+      if (!gather || root_) op_.output = out_->data();
+    }
+    return absl::OkStatus();
+  }
+
+  // reduce_scatter, scatter: input world times the output; in place, the
+  // output is this rank's chunk of the tensor.
+  absl::Status BindScattered() {
+    const bool scatter = spec_.kind == OpKind::kScatter;
+    if (in_place_) {
+      CCL_ASSIGN_OR_RETURN(in_, Lookup(spec_.input, "an input"));
+      CCL_RETURN_IF_ERROR(Divisible(*in_));
+      op_.count = in_->numel() / world_;
+      op_.input = (!scatter || root_) ? in_->data() : nullptr;
+      op_.output = At(*in_, rank_ * op_.count);
+      return absl::OkStatus();
+    }
+    CCL_ASSIGN_OR_RETURN(out_, Lookup(spec_.output, "an output"));
+    op_.count = out_->numel();
+    op_.output = out_->data();
+    if (scatter && !root_) {
+      in_ = Optional(spec_.input);
+    } else {
+      CCL_ASSIGN_OR_RETURN(in_, Lookup(spec_.input, "an input"));
+    }
+    if (in_) {
+      CCL_RETURN_IF_ERROR(SameDType(*in_, *out_));
+      if (in_->numel() != world_ * out_->numel()) {
+        return Fail(absl::StrCat("input '", in_->name(), "' has ", in_->numel(),
+                                 " elements but needs world size ", world_,
+                                 " x output '", out_->name(), "' (",
+                                 out_->numel(),
+                                 ") = ", world_ * out_->numel()));
+      }
+      if (!scatter || root_) op_.input = in_->data();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::shared_ptr<Tensor>> Lookup(const std::string& name,
+                                                 const char* role) const {
+    if (name.empty()) {
+      return Fail(absl::StrCat(std::string(OpKindName(spec_.kind)), " needs ",
+                               role, " tensor"));
+    }
+    auto tensor = store_.Lookup(name);
+    if (!tensor.ok()) {
+      return absl::NotFoundError(
+          absl::StrCat(DescribeOp(spec_), ": no tensor named '", name, "' (",
+                       role, ") on rank ", rank_));
+    }
+    return tensor;
+  }
+  // A tensor a rank does not use may be left out (gather's output and
+  // scatter's input off the root).
+  std::shared_ptr<Tensor> Optional(const std::string& name) const {
+    if (name.empty()) return nullptr;
+    auto tensor = store_.Lookup(name);
+    return tensor.ok() ? *tensor : nullptr;
+  }
+  absl::Status SameDType(const Tensor& a, const Tensor& b) const {
+    if (a.dtype() == b.dtype()) return absl::OkStatus();
+    return Fail(absl::StrCat(
+        "input '", a.name(), "' is ", std::string(DTypeName(a.dtype())),
+        " but output '", b.name(), "' is ", std::string(DTypeName(b.dtype()))));
+  }
+  absl::Status Divisible(const Tensor& t) const {
+    if (t.numel() % world_ == 0) return absl::OkStatus();
+    return Fail(absl::StrCat("tensor '", t.name(), "' has ", t.numel(),
+                             " elements, not a multiple of the world size ",
+                             world_));
+  }
+  static std::byte* At(const Tensor& t, int64_t elements) {
+    return t.data() + elements * static_cast<int64_t>(DTypeSize(t.dtype()));
+  }
+
+  const OpSpec& spec_;
+  TensorStore& store_;
+  BoundOp& op_;
+  const int rank_;
+  const int world_;
+  const bool in_place_;
+  const bool root_;
+  std::shared_ptr<Tensor> in_;
+  std::shared_ptr<Tensor> out_;
+};
+
 }  // namespace
 
 absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
                                  TensorStore& store,
                                  std::chrono::milliseconds default_timeout) {
-  const int rank = comm.rank();
-  const int world = comm.size();
-  // Error wording is built only on an error: this runs for every op of a
-  // plan, and a description per op was a visible share of a plan's cost.
-  const std::string_view op_name = OpKindName(spec.kind);
-  auto fail = [&](const std::string& message) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(DescribeOp(spec), ": ", message));
-  };
   Resolved out;
   CCL_ASSIGN_OR_RETURN(out.op, RequestHeader(spec, comm, default_timeout));
   BoundOp& op = out.op;
   if (spec.kind == OpKind::kBarrier || spec.kind == OpKind::kNop) return out;
-
-  auto lookup =
-      [&](const std::string& name,
-          const char* role) -> absl::StatusOr<std::shared_ptr<Tensor>> {
-    if (name.empty()) {
-      return fail(
-          absl::StrCat(std::string(op_name), " needs ", role, " tensor"));
-    }
-    auto tensor = store.Lookup(name);
-    if (!tensor.ok()) {
-      return absl::NotFoundError(absl::StrCat(DescribeOp(spec),
-                                              ": no tensor named '", name,
-                                              "' (", role, ") on rank ", rank));
-    }
-    return tensor;
-  };
-  // A tensor a rank does not use may be left out (gather's output and
-  // scatter's input off the root).
-  auto optional = [&](const std::string& name) -> std::shared_ptr<Tensor> {
-    if (name.empty()) return nullptr;
-    auto tensor = store.Lookup(name);
-    return tensor.ok() ? *tensor : nullptr;
-  };
-  auto same_dtype = [&](const Tensor& a, const Tensor& b) -> absl::Status {
-    if (a.dtype() == b.dtype()) return absl::OkStatus();
-    return fail(absl::StrCat(
-        "input '", a.name(), "' is ", std::string(DTypeName(a.dtype())),
-        " but output '", b.name(), "' is ", std::string(DTypeName(b.dtype()))));
-  };
-  auto divisible = [&](const Tensor& t) -> absl::Status {
-    if (t.numel() % world == 0) return absl::OkStatus();
-    return fail(absl::StrCat("tensor '", t.name(), "' has ", t.numel(),
-                             " elements, not a multiple of the world size ",
-                             world));
-  };
-  auto at = [](const Tensor& t, int64_t elements) {
-    return t.data() + elements * static_cast<int64_t>(DTypeSize(t.dtype()));
-  };
-
-  const bool in_place = spec.output.empty() || spec.output == spec.input;
-  const bool root = rank == spec.root;
-  std::shared_ptr<Tensor> in;
-  std::shared_ptr<Tensor> outp;
-
-  switch (spec.kind) {
-    case OpKind::kAllReduce:
-    case OpKind::kBroadcast:
-    case OpKind::kReduce:
-    case OpKind::kAllToAll: {
-      CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
-      outp = in;
-      if (!in_place) {
-        CCL_ASSIGN_OR_RETURN(outp, lookup(spec.output, "an output"));
-        CCL_RETURN_IF_ERROR(same_dtype(*in, *outp));
-        if (outp->numel() != in->numel()) {
-          return fail(absl::StrCat("input '", in->name(), "' has ", in->numel(),
-                                   " elements but output '", outp->name(),
-                                   "' has ", outp->numel()));
-        }
-      }
-      op.count = in->numel();
-      if (spec.kind == OpKind::kAllToAll) {
-        CCL_RETURN_IF_ERROR(divisible(*in));
-        op.count = in->numel() / world;
-      }
-      op.input = in->data();
-      op.output = outp->data();
-      break;
-    }
-    case OpKind::kAllGather:
-    case OpKind::kGather: {
-      const bool gather = spec.kind == OpKind::kGather;
-      CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
-      if (in_place) {
-        CCL_RETURN_IF_ERROR(divisible(*in));
-        op.count = in->numel() / world;
-        op.input = at(*in, rank * op.count);
-        op.output = (!gather || root) ? in->data() : nullptr;
-        break;
-      }
-      op.count = in->numel();
-      op.input = in->data();
-      if (gather && !root) {
-        outp = optional(spec.output);
-      } else {
-        CCL_ASSIGN_OR_RETURN(outp, lookup(spec.output, "an output"));
-      }
-      if (outp) {
-        CCL_RETURN_IF_ERROR(same_dtype(*in, *outp));
-        if (outp->numel() != world * in->numel()) {
-          return fail(absl::StrCat(
-              "output '", outp->name(), "' has ", outp->numel(),
-              " elements but needs world size ", world, " x input '",
-              in->name(), "' (", in->numel(), ") = ", world * in->numel()));
-        }
-        if (!gather || root) op.output = outp->data();
-      }
-      break;
-    }
-    case OpKind::kReduceScatter:
-    case OpKind::kScatter: {
-      const bool scatter = spec.kind == OpKind::kScatter;
-      if (in_place) {
-        CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
-        CCL_RETURN_IF_ERROR(divisible(*in));
-        op.count = in->numel() / world;
-        op.input = (!scatter || root) ? in->data() : nullptr;
-        op.output = at(*in, rank * op.count);
-        break;
-      }
-      CCL_ASSIGN_OR_RETURN(outp, lookup(spec.output, "an output"));
-      op.count = outp->numel();
-      op.output = outp->data();
-      if (scatter && !root) {
-        in = optional(spec.input);
-      } else {
-        CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
-      }
-      if (in) {
-        CCL_RETURN_IF_ERROR(same_dtype(*in, *outp));
-        if (in->numel() != world * outp->numel()) {
-          return fail(absl::StrCat("input '", in->name(), "' has ", in->numel(),
-                                   " elements but needs world size ", world,
-                                   " x output '", outp->name(), "' (",
-                                   outp->numel(),
-                                   ") = ", world * outp->numel()));
-        }
-        if (!scatter || root) op.input = in->data();
-      }
-      break;
-    }
-    case OpKind::kSend: {
-      CCL_ASSIGN_OR_RETURN(in, lookup(spec.input, "an input"));
-      op.count = in->numel();
-      op.input = in->data();
-      break;
-    }
-    case OpKind::kRecv: {
-      const std::string& target =
-          spec.output.empty() ? spec.input : spec.output;
-      CCL_ASSIGN_OR_RETURN(outp, lookup(target, "a destination"));
-      op.count = outp->numel();
-      op.output = outp->data();
-      break;
-    }
-    default:
-      break;
-  }
+  Binder binder(spec, comm, store, op);
+  CCL_RETURN_IF_ERROR(binder.Bind());
+  const std::shared_ptr<Tensor>& in = binder.in();
+  const std::shared_ptr<Tensor>& outp = binder.out();
   const Tensor& typed = in ? *in : *outp;
   op.dtype = typed.dtype();
   if (IsReduction(op.kind) && op.reduce_op == ReduceOp::kPremulSum &&
@@ -248,7 +291,7 @@ absl::StatusOr<Resolved> Resolve(const OpSpec& spec, const Communicator& comm,
     // NCCL casts the scale to the tensor's type first (0.5 becomes 0 in
     // int32), which no backend should silently do; torch.distributed
     // refuses these types too.
-    return fail(absl::StrCat(
+    return binder.Fail(absl::StrCat(
         "premul_sum scales in floating point and takes floating-point "
         "tensors (float16, bfloat16, float32, float64, fp8_e4m3, fp8_e5m2), "
         "not ",
