@@ -334,22 +334,37 @@ class Judgement {
     return blamed;
   }
 
+  // Per class (false: between hosts, true: within a host), the samples.
+  using Classes = std::map<bool, std::vector<const Sample*>>;
+  // A rank flagged slow: its directions, classes and worst score.
+  struct Flag {
+    bool send = false, recv = false;
+    double score = 1, value = 0, reference = 0;
+    std::set<bool> classes;
+  };
+
   // Ranks (per direction) and then links whose figure is far below their
   // comparable peers'. `excluded`: member indices already blamed.
   void JudgeSpeed(const Metric& metric, const std::vector<Sample>& samples,
                   std::set<int> excluded) {
-    // Per class (false: between hosts, true: within a host).
-    std::map<bool, std::vector<const Sample*>> by_class;
+    Classes by_class;
     for (const Sample& sample : samples) {
       if (excluded.count(sample.src) || excluded.count(sample.dst)) continue;
       by_class[SameHost(sample.src, sample.dst)].push_back(&sample);
     }
-    // Member index -> (class -> flagged directions, worst score).
-    struct Flag {
-      bool send = false, recv = false;
-      double score = 1, value = 0, reference = 0;
-      std::set<bool> classes;
-    };
+    std::map<int, Flag> flagged = FlagSlowRanks(metric, by_class);
+    std::set<int> blamed;
+    for (const auto& [i, flag] : flagged) blamed.insert(i);
+    NameRanks(metric, blamed, flagged);
+    // Links: what is slow between ranks that are otherwise fine.
+    for (int i : blamed) excluded.insert(i);
+    JudgeLinks(metric, by_class, excluded);
+  }
+
+  // Member index -> flag, for each rank slow with its peers: by the upper
+  // quartile of its cells, or by their rank sum against the others'.
+  std::map<int, Flag> FlagSlowRanks(const Metric& metric,
+                                    const Classes& by_class) {
     std::map<int, Flag> flagged;
     for (const auto& [within, class_samples] : by_class) {
       if (class_samples.size() < 3) continue;  // nothing to compare with
@@ -425,8 +440,13 @@ class Judgement {
         }
       }
     }
-    std::set<int> blamed;
-    for (const auto& [i, flag] : flagged) blamed.insert(i);
+    return flagged;
+  }
+
+  // The findings of the flagged ranks (or of their hosts, where a host's
+  // ranks are all slow).
+  void NameRanks(const Metric& metric, const std::set<int>& blamed,
+                 std::map<int, Flag>& flagged) {
     const std::set<int> as_ranks = FoldIntoHosts(
         blamed, metric.name, [&](int i) { return flagged[i].score; });
     for (int i : as_ranks) {
@@ -464,8 +484,12 @@ class Judgement {
                     "share and its network link, then re-run the doctor");
       findings_.push_back(std::move(finding));
     }
-    // Links: what is slow between ranks that are otherwise fine.
-    for (int i : blamed) excluded.insert(i);
+  }
+
+  // Links whose figure is far below comparable links', between ranks
+  // that are otherwise fine (`excluded`: blamed already).
+  void JudgeLinks(const Metric& metric, const Classes& by_class,
+                  const std::set<int>& excluded) {
     std::map<std::pair<int, int>, std::vector<std::pair<const Sample*, double>>>
         slow_links;
     for (const auto& [within, class_samples] : by_class) {
