@@ -90,24 +90,41 @@ std::map<int, RankClock> AlignClocks(const std::map<int, ClockSample>& samples,
   return clocks;
 }
 
-Json BuildTrace(const std::vector<TraceLog>& logs,
-                const std::map<std::string, std::vector<int>>& groups,
-                const std::map<int, RankClock>& clocks,
-                const std::map<int, std::string>& members,
-                const std::string& generator, const std::string& coordinator) {
-  std::vector<std::string> group_names;
-  for (const auto& [name, unused] : groups) group_names.push_back(name);
-  std::stable_sort(group_names.begin(), group_names.end(),
+namespace {
+
+// Groups in the order their rows are shown (the world first) and each
+// one's row (tid) in every rank's process.
+struct GroupRows {
+  std::vector<std::string> names;
+  std::map<std::string, int> tids;
+  // 0 for a group the client was not told of (a log of a group since
+  // destroyed): such slices share one row.
+  int TidOf(const std::string& group) const {
+    auto it = tids.find(group);
+    return it == tids.end() ? 0 : it->second;
+  }
+};
+
+GroupRows RowsOf(const std::map<std::string, std::vector<int>>& groups) {
+  GroupRows rows;
+  for (const auto& [name, unused] : groups) rows.names.push_back(name);
+  std::stable_sort(rows.names.begin(), rows.names.end(),
                    [](const std::string& a, const std::string& b) {
                      return std::make_tuple(a != "world", a) <
                             std::make_tuple(b != "world", b);
                    });
-  std::map<std::string, int> tids;
-  for (size_t i = 0; i < group_names.size(); ++i) {
-    tids[group_names[i]] = static_cast<int>(i) + 1;
+  for (size_t i = 0; i < rows.names.size(); ++i) {
+    rows.tids[rows.names[i]] = static_cast<int>(i) + 1;
   }
-  static const std::vector<int> kNoRanks;
+  return rows;
+}
 
+// One slice per op record that was queued, on the client's clock.
+std::vector<Slice> SlicesOf(
+    const std::vector<TraceLog>& logs,
+    const std::map<std::string, std::vector<int>>& groups,
+    const std::map<int, RankClock>& clocks) {
+  static const std::vector<int> kNoRanks;
   std::vector<Slice> slices;
   for (const TraceLog& entry : logs) {
     double offset = 0;
@@ -136,15 +153,13 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
       slices.push_back(s);
     }
   }
-  double base = NowUs();
-  if (!slices.empty()) {
-    base = std::min_element(
-               slices.begin(), slices.end(),
-               [](const Slice& a, const Slice& b) { return a.start < b.start; })
-               ->start;
-  }
+  return slices;
+}
 
-  Json events = Json::array();
+// Each rank a process, each of its groups a thread of it.
+void AddNames(const std::map<int, std::string>& members,
+              const std::map<std::string, std::vector<int>>& groups,
+              const GroupRows& rows, Json& events) {
   for (const auto& [rank, description] : members) {
     events.push_back(
         {{"ph", "M"},
@@ -156,59 +171,69 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
                       {"name", "process_sort_index"},
                       {"pid", rank},
                       {"args", {{"sort_index", rank}}}});
-    for (const std::string& g : group_names) {
+    for (const std::string& g : rows.names) {
       const std::vector<int>& ranks = groups.at(g);
       if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) continue;
+      const int tid = rows.TidOf(g);
       events.push_back({{"ph", "M"},
                         {"name", "thread_name"},
                         {"pid", rank},
-                        {"tid", tids[g]},
+                        {"tid", tid},
                         {"args", {{"name", absl::StrCat("group ", g)}}}});
       events.push_back({{"ph", "M"},
                         {"name", "thread_sort_index"},
                         {"pid", rank},
-                        {"tid", tids[g]},
-                        {"args", {{"sort_index", tids[g]}}}});
+                        {"tid", tid},
+                        {"args", {{"sort_index", tid}}}});
     }
   }
+}
 
-  std::stable_sort(
-      slices.begin(), slices.end(), [](const Slice& a, const Slice& b) {
-        return std::tie(a.start, a.rank) < std::tie(b.start, b.rank);
-      });
+// What an op's slice shows when selected.
+Json ArgsOf(const Slice& s) {
+  const OpRecord& r = *s.record;
+  Json args = {
+      {"group", s.group},
+      {"seq", r.seq},
+      {"generation", r.generation},
+      {"state", StateName(r.state)},
+      {"dtype", r.dtype ? std::string(DTypeName(*r.dtype)) : "unspecified"},
+      {"count", r.count},
+      {"bytes",
+       r.count * static_cast<int64_t>(r.dtype ? DTypeSize(*r.dtype) : 0)},
+      {"queue_us", Round3(r.timing.queue_us)},
+      {"device_us", Round3(r.timing.device_us)},
+      {"total_us", Round3(r.timing.total_us)},
+      {"enqueued_unix_us", r.timing.enqueued_unix_us},
+      {"work_id", r.work_id},
+  };
+  if (!r.input.empty()) args["input"] = r.input;
+  if (!r.output.empty()) args["output"] = r.output;
+  if (Rooted(r)) args["root"] = ToWorld(*s.ranks, r.root);
+  if (PointToPoint(r)) args["peer"] = ToWorld(*s.ranks, r.peer);
+  if (Reduction(r)) {
+    args["reduce_op"] =
+        r.reduce ? std::string(ReduceOpName(*r.reduce)) : "unspecified";
+  }
+  if (!r.error.ok()) {
+    args["error"] = absl::StrCat(absl::StatusCodeToString(r.error.code()), ": ",
+                                 r.error.message());
+  }
+  return args;
+}
+
+// Each slice as a complete event from `base`, a failed one with an instant
+// mark at its end; each slice learns its event's index.
+void AddSlices(std::vector<Slice>& slices, double base, const GroupRows& rows,
+               Json& events) {
   for (Slice& s : slices) {
     const OpRecord& r = *s.record;
     const std::string kind = TraceKindName(r);
     const bool failed = r.state == WorkState::kFailed;
     const bool running =
         r.state == WorkState::kQueued || r.state == WorkState::kRunning;
-    Json args = {
-        {"group", s.group},
-        {"seq", r.seq},
-        {"generation", r.generation},
-        {"state", StateName(r.state)},
-        {"dtype", r.dtype ? std::string(DTypeName(*r.dtype)) : "unspecified"},
-        {"count", r.count},
-        {"bytes",
-         r.count * static_cast<int64_t>(r.dtype ? DTypeSize(*r.dtype) : 0)},
-        {"queue_us", Round3(r.timing.queue_us)},
-        {"device_us", Round3(r.timing.device_us)},
-        {"total_us", Round3(r.timing.total_us)},
-        {"enqueued_unix_us", r.timing.enqueued_unix_us},
-        {"work_id", r.work_id},
-    };
-    if (!r.input.empty()) args["input"] = r.input;
-    if (!r.output.empty()) args["output"] = r.output;
-    if (Rooted(r)) args["root"] = ToWorld(*s.ranks, r.root);
-    if (PointToPoint(r)) args["peer"] = ToWorld(*s.ranks, r.peer);
-    if (Reduction(r)) {
-      args["reduce_op"] =
-          r.reduce ? std::string(ReduceOpName(*r.reduce)) : "unspecified";
-    }
-    if (!r.error.ok()) {
-      args["error"] = absl::StrCat(absl::StatusCodeToString(r.error.code()),
-                                   ": ", r.error.message());
-    }
+    const Json args = ArgsOf(s);
+    const int tid = rows.TidOf(s.group);
     s.ts = Round3(s.start - base);
     s.dur = Round3(s.end - s.start);
     Json event = {{"ph", "X"},
@@ -217,7 +242,7 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
                                    : running ? " (running)"
                                              : "")},
                   {"pid", s.rank},
-                  {"tid", tids[s.group]},
+                  {"tid", tid},
                   {"ts", s.ts},
                   {"dur", s.dur},
                   {"args", args}};
@@ -232,13 +257,17 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
            {"name", absl::StrCat(kind, " failed: ",
                                  absl::StatusCodeToString(r.error.code()))},
            {"pid", s.rank},
-           {"tid", tids[s.group]},
+           {"tid", tid},
            {"ts", Round3(s.ts + s.dur)},
            {"args", {{"error", args.value("error", "")}}}});
     }
   }
+}
 
-  // Flow arrows between the ranks of one op.
+// Flow arrows between the ranks of one op: send to recv, and from the last
+// rank to arrive at a collective to each rank it kept waiting.
+void AddArrows(std::vector<Slice>& slices, const GroupRows& rows,
+               Json& events) {
   std::map<std::tuple<int64_t, std::string, int64_t>, std::vector<Slice*>> ops;
   for (Slice& s : slices) {
     ops[{s.record->generation, s.group, s.record->seq}].push_back(&s);
@@ -254,14 +283,14 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
                       {"name", name},
                       {"id", next_id},
                       {"pid", from.rank},
-                      {"tid", tids[from.group]},
+                      {"tid", rows.TidOf(from.group)},
                       {"ts", Round3(from.ts + from.dur * 0.05)}});
     events.push_back({{"ph", "f"},
                       {"cat", "flow"},
                       {"name", name},
                       {"id", next_id},
                       {"pid", to.rank},
-                      {"tid", tids[to.group]},
+                      {"tid", rows.TidOf(to.group)},
                       {"ts", Round3(to.ts + to.dur * 0.95)},
                       {"bp", "e"}});
     ++next_id;
@@ -298,6 +327,32 @@ Json BuildTrace(const std::vector<TraceLog>& logs,
       if (s != last) arrow(*last, *s, group, seq);
     }
   }
+}
+
+}  // namespace
+
+Json BuildTrace(const std::vector<TraceLog>& logs,
+                const std::map<std::string, std::vector<int>>& groups,
+                const std::map<int, RankClock>& clocks,
+                const std::map<int, std::string>& members,
+                const std::string& generator, const std::string& coordinator) {
+  const GroupRows rows = RowsOf(groups);
+  std::vector<Slice> slices = SlicesOf(logs, groups, clocks);
+  double base = NowUs();
+  if (!slices.empty()) {
+    base = std::min_element(
+               slices.begin(), slices.end(),
+               [](const Slice& a, const Slice& b) { return a.start < b.start; })
+               ->start;
+  }
+  Json events = Json::array();
+  AddNames(members, groups, rows, events);
+  std::stable_sort(
+      slices.begin(), slices.end(), [](const Slice& a, const Slice& b) {
+        return std::tie(a.start, a.rank) < std::tie(b.start, b.rank);
+      });
+  AddSlices(slices, base, rows, events);
+  AddArrows(slices, rows, events);
 
   Json clock_doc = Json::object();
   for (const auto& [rank, clock] : clocks) {
