@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/elapsed.h"
 #include "common/secrets.h"
+#include "common/status_macros.h"
 #include "common/unique_id_plan.h"
 #include "common/world_keys.h"
 #include "spdlog/spdlog.h"
@@ -322,48 +323,60 @@ void CoordinatorCore::AnswerRegisterLocked(
 // ---------------------------------------------------------------------------
 // Membership
 
-void CoordinatorCore::Register(WaitId id, RegisterRequest request,
-                               Callback<RegisterResult> done) {
-  auto fail = [&done](absl::Status status) { done(std::move(status)); };
+namespace {
+
+// What a registration must say to be considered at all.
+absl::Status ValidateRegister(const RegisterRequest& request) {
   if (request.address.empty()) {
-    return fail(absl::InvalidArgumentError(
+    return (absl::InvalidArgumentError(
         "register: address is empty; pass the worker's host:port"));
   }
   if (request.requested_rank.has_value() && *request.requested_rank < 0) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
+    return (absl::InvalidArgumentError(absl::StrCat(
         "register: requested rank ", *request.requested_rank, " is negative")));
   }
   if (request.resume_generation < 0) {
-    return fail(absl::InvalidArgumentError(
+    return (absl::InvalidArgumentError(
         absl::StrCat("register: resume generation ", request.resume_generation,
                      " is negative")));
   }
   if (request.known_generation < 0) {
-    return fail(absl::InvalidArgumentError(
+    return (absl::InvalidArgumentError(
         absl::StrCat("register: known generation ", request.known_generation,
                      " is negative")));
   }
   for (const auto& [group, next] : request.resume_next_seq) {
     if (next < 0) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
+      return (absl::InvalidArgumentError(absl::StrCat(
           "register: next seq ", next, " of group '", group, "' is negative")));
     }
   }
   if (request.nccl_ranks_per_root.has_value() &&
       *request.nccl_ranks_per_root < 0) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
+    return (absl::InvalidArgumentError(absl::StrCat(
         "register: NCCL ranks per root ", *request.nccl_ranks_per_root,
         " is negative (0 means one unique id)")));
   }
   if (request.timeout.count() < 0) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
+    return (absl::InvalidArgumentError(absl::StrCat(
         "register: timeout ", request.timeout.count(), " ms is negative")));
   }
   if (!request.secret.empty() && request.secret.size() < kMinWorkerSecret) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
+    return (absl::InvalidArgumentError(absl::StrCat(
         "register: a worker secret needs at least ", kMinWorkerSecret,
         " characters, got ", request.secret.size(),
         "; send none to have the coordinator issue one")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void CoordinatorCore::Register(WaitId id, RegisterRequest request,
+                               Callback<RegisterResult> done) {
+  auto fail = [&done](absl::Status status) { done(std::move(status)); };
+  if (absl::Status invalid = ValidateRegister(request); !invalid.ok()) {
+    return fail(std::move(invalid));
   }
   const std::chrono::milliseconds timeout = WaitTimeout(request.timeout);
   // The secret of a worker id's first registration: the one the worker
@@ -379,135 +392,160 @@ void CoordinatorCore::Register(WaitId id, RegisterRequest request,
 
   Deferred deferred;
   absl::Status error;
-  bool parked = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    int rank = -1;
     const std::optional<int> known = roster_.RankOf(request.worker_id);
-    if (shutting_down_) {
-      error = absl::UnavailableError("coordinator is shutting down");
-    } else if (known.has_value()) {
-      rank = *known;
-      error = CheckSecret(
-          *roster_.Find(rank), rank, request.secret,
-          absl::StrCat("register of worker '", request.worker_id, "'"));
-      // A re-joining worker names its previous rank only as a hint for a
-      // coordinator that forgot it; one that remembers it (perhaps under a
-      // new rank, after a shrink) has the last word.
-      if (error.ok() && request.requested_rank.has_value() && !request.rejoin &&
-          *request.requested_rank != rank) {
-        error = absl::FailedPreconditionError(absl::StrCat(
-            "register: worker '", request.worker_id, "' already holds rank ",
-            rank, "; it cannot also take rank ", *request.requested_rank,
-            " (deregister first)"));
-      }
-    } else if (request.requested_rank.has_value() &&
-               *request.requested_rank >= WorldSize()) {
-      error = absl::InvalidArgumentError(
-          absl::StrCat("register: requested rank ", *request.requested_rank,
-                       " is out of range for world size ", WorldSize()));
-    } else if (request.requested_rank.has_value()) {
-      rank = *request.requested_rank;
-      if (const Member* holder = roster_.Find(rank);
-          holder != nullptr && holder->live()) {
-        error = absl::AlreadyExistsError(absl::StrCat(
-            "register: rank ", rank, " is already held by worker '",
-            holder->worker_id, "' at ", holder->address));
-      }
-    } else if (std::optional<int> free = roster_.LowestFree(); free) {
-      rank = *free;
-    } else {
-      // A member silent past its heartbeat timeout is declared lost now,
-      // not at the next sweep, and its rank taken at once.
-      SweepLocked(deferred);
-      if (std::optional<int> freed = roster_.LowestFree(); freed) {
-        rank = *freed;
-      } else {
-        ParkFullLocked(id, request, std::move(done), timeout);
-        parked = true;
-      }
-    }
-
+    absl::StatusOr<int> rank = RankForLocked(request, known, deferred);
     const std::string claim = GpuClaim(request.host, request.host_id,
                                        request.boot_id, request.device_bus_id);
-    if (error.ok() && !parked && !claim.empty()) {
-      error = CheckGpuClaimLocked(claim, rank, request);
+    if (rank.ok() && *rank < 0) {
+      ParkFullLocked(id, request, std::move(done), timeout);
+    } else if (rank.ok() && !claim.empty()) {
+      error = CheckGpuClaimLocked(claim, *rank, request);
+    } else if (!rank.ok()) {
+      error = rank.status();
     }
-
-    if (error.ok() && !parked) {
-      Member* member = roster_.Find(rank);
-      // Known worker ids hold their slot: that is a reconnect.
-      if (!known.has_value()) {
-        member = &roster_.Take(rank, request.worker_id, next_serial_++);
-        member->secret = *std::move(fresh_secret);
-      }
-      if (member->address != request.address || member->host != request.host ||
-          member->device != request.device) {
-        roster_.Touch();
-        // A member of the running generation that came back elsewhere.
-        if (generation_ > 0 && member->state() == MemberState::kReady &&
-            member->address != request.address) {
-          kv_.Set(generation_, PeerAddressKey(rank), request.address, deferred);
-        }
-      }
-      member->address = request.address;
-      member->host = request.host;
-      member->host_id = request.host_id;
-      member->boot_id = request.boot_id;
-      member->device_bus_id = request.device_bus_id;
-      member->device = request.device;
-      if (!claim.empty()) gpu_claims_[claim] = rank;
-      member->last_seen = Now();
-      member->resume_generation = request.resume_generation;
-      member->known_generation = request.known_generation;
-      member->resume_next_seq = std::move(request.resume_next_seq);
-      if (member->state() == MemberState::kReady) {
-        // A reconnect into a formed world (every member does it when the
-        // world moves to a new generation): nothing to wait for.
-        const auto level = WorldSize() <= kLoggedWorldSize
-                               ? spdlog::level::info
-                               : spdlog::level::debug;
-        spdlog::log(level, "rank {} reconnected (worker '{}', {})", rank,
-                    request.worker_id, request.address);
-        RegisterResult result{rank, generation_, SharedSnapshotLocked(),
-                              member->secret};
-        AnswerRegisterLocked(
-            id, std::move(result), request.nccl_ranks_per_root,
-            /*resumes=*/request.resume_generation == generation_, timeout,
-            request.reply_by, std::move(done), deferred);
+    if (error.ok() && rank.ok() && *rank >= 0) {
+      Member& member =
+          RecordMemberLocked(*rank, known.has_value(), request,
+                             *std::move(fresh_secret), claim, deferred);
+      if (member.state() == MemberState::kReady) {
+        ReconnectLocked(id, *rank, member, request, timeout, std::move(done),
+                        deferred);
       } else {
-        // A lost or departed member coming back joins anew.
-        roster_.SetState(rank, MemberState::kJoining);
-        const int live = roster_.live();
-        const bool milestone = WorldSize() <= kLoggedWorldSize ||
-                               live % std::max(1, WorldSize() / 16) == 0;
-        const auto level =
-            milestone ? spdlog::level::info : spdlog::level::debug;
-        if (spdlog::should_log(level)) {
-          spdlog::log(level, "rank {} registered (worker '{}', {}, {}); {}",
-                      rank, request.worker_id, request.address,
-                      DeviceName(request.device), DescribeMissingLocked());
-        }
-        RegisterWaiter& waiter = register_waiters_[id];
-        waiter.rank = rank;
-        waiter.serial = member->serial;
-        waiter.secret = member->secret;
-        waiter.done = std::move(done);
-        waiter.timeout = timeout;
-        waiter.nccl_ranks_per_root = request.nccl_ranks_per_root;
-        waiter.reply_by = request.reply_by;
-        member->register_waits.push_back(id);
-        if (roster_.complete()) {
-          FormWorldLocked(deferred);
-        } else {
-          waiter.timer =
-              timers_.ScheduleAfter(timeout, [this, id] { OnDeadline(id); });
-        }
+        JoinLocked(id, *rank, member, request, timeout, std::move(done),
+                   deferred);
       }
     }
   }
   if (!error.ok()) return fail(std::move(error));
   for (auto& f : deferred) f();
+}
+
+absl::StatusOr<int> CoordinatorCore::RankForLocked(
+    const RegisterRequest& request, const std::optional<int>& known,
+    Deferred& deferred) {
+  if (shutting_down_) {
+    return absl::UnavailableError("coordinator is shutting down");
+  }
+  if (known.has_value()) {
+    const int rank = *known;
+    CCL_RETURN_IF_ERROR(CheckSecret(
+        *roster_.Find(rank), rank, request.secret,
+        absl::StrCat("register of worker '", request.worker_id, "'")));
+    // A re-joining worker names its previous rank only as a hint for a
+    // coordinator that forgot it; one that remembers it (perhaps under a
+    // new rank, after a shrink) has the last word.
+    if (request.requested_rank.has_value() && !request.rejoin &&
+        *request.requested_rank != rank) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "register: worker '", request.worker_id, "' already holds rank ",
+          rank, "; it cannot also take rank ", *request.requested_rank,
+          " (deregister first)"));
+    }
+    return rank;
+  }
+  if (request.requested_rank.has_value()) {
+    const int rank = *request.requested_rank;
+    if (rank >= WorldSize()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("register: requested rank ", rank,
+                       " is out of range for world size ", WorldSize()));
+    }
+    if (const Member* holder = roster_.Find(rank);
+        holder != nullptr && holder->live()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("register: rank ", rank, " is already held by worker '",
+                       holder->worker_id, "' at ", holder->address));
+    }
+    return rank;
+  }
+  if (std::optional<int> free = roster_.LowestFree(); free) return *free;
+  // A member silent past its heartbeat timeout is declared lost now, not at
+  // the next sweep, and its rank taken at once.
+  SweepLocked(deferred);
+  if (std::optional<int> freed = roster_.LowestFree(); freed) return *freed;
+  return -1;
+}
+
+CoordinatorCore::Member& CoordinatorCore::RecordMemberLocked(
+    int rank, bool known, RegisterRequest& request, std::string fresh_secret,
+    const std::string& claim, Deferred& deferred) {
+  Member* member = roster_.Find(rank);
+  // Known worker ids hold their slot: that is a reconnect.
+  if (!known) {
+    member = &roster_.Take(rank, request.worker_id, next_serial_++);
+    member->secret = std::move(fresh_secret);
+  }
+  if (member->address != request.address || member->host != request.host ||
+      member->device != request.device) {
+    roster_.Touch();
+    // A member of the running generation that came back elsewhere.
+    if (generation_ > 0 && member->state() == MemberState::kReady &&
+        member->address != request.address) {
+      kv_.Set(generation_, PeerAddressKey(rank), request.address, deferred);
+    }
+  }
+  member->address = request.address;
+  member->host = request.host;
+  member->host_id = request.host_id;
+  member->boot_id = request.boot_id;
+  member->device_bus_id = request.device_bus_id;
+  member->device = request.device;
+  if (!claim.empty()) gpu_claims_[claim] = rank;
+  member->last_seen = Now();
+  member->resume_generation = request.resume_generation;
+  member->known_generation = request.known_generation;
+  member->resume_next_seq = std::move(request.resume_next_seq);
+  return *member;
+}
+
+void CoordinatorCore::ReconnectLocked(WaitId id, int rank, Member& member,
+                                      const RegisterRequest& request,
+                                      std::chrono::milliseconds timeout,
+                                      Callback<RegisterResult> done,
+                                      Deferred& deferred) {
+  const auto level = WorldSize() <= kLoggedWorldSize ? spdlog::level::info
+                                                     : spdlog::level::debug;
+  spdlog::log(level, "rank {} reconnected (worker '{}', {})", rank,
+              request.worker_id, request.address);
+  RegisterResult result{rank, generation_, SharedSnapshotLocked(),
+                        member.secret};
+  AnswerRegisterLocked(id, std::move(result), request.nccl_ranks_per_root,
+                       /*resumes=*/request.resume_generation == generation_,
+                       timeout, request.reply_by, std::move(done), deferred);
+}
+
+void CoordinatorCore::JoinLocked(WaitId id, int rank, Member& member,
+                                 const RegisterRequest& request,
+                                 std::chrono::milliseconds timeout,
+                                 Callback<RegisterResult> done,
+                                 Deferred& deferred) {
+  roster_.SetState(rank, MemberState::kJoining);
+  const int live = roster_.live();
+  const bool milestone = WorldSize() <= kLoggedWorldSize ||
+                         live % std::max(1, WorldSize() / 16) == 0;
+  const auto level = milestone ? spdlog::level::info : spdlog::level::debug;
+  if (spdlog::should_log(level)) {
+    spdlog::log(level, "rank {} registered (worker '{}', {}, {}); {}", rank,
+                request.worker_id, request.address, DeviceName(request.device),
+                DescribeMissingLocked());
+  }
+  RegisterWaiter& waiter = register_waiters_[id];
+  waiter.rank = rank;
+  waiter.serial = member.serial;
+  waiter.secret = member.secret;
+  waiter.done = std::move(done);
+  waiter.timeout = timeout;
+  waiter.nccl_ranks_per_root = request.nccl_ranks_per_root;
+  waiter.reply_by = request.reply_by;
+  member.register_waits.push_back(id);
+  if (roster_.complete()) {
+    FormWorldLocked(deferred);
+  } else {
+    waiter.timer =
+        timers_.ScheduleAfter(timeout, [this, id] { OnDeadline(id); });
+  }
 }
 
 absl::Status CoordinatorCore::CheckGpuClaimLocked(

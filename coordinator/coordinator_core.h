@@ -372,6 +372,29 @@ class CoordinatorCore {
   // Its heartbeat ages are those of when it was taken.
   std::shared_ptr<const WorldInfo> SharedSnapshotLocked();
   std::string DescribeMissingLocked() const;
+  // The rank a registration takes: its worker id's (a reconnect, its
+  // secret checked), the one it asks for, or the lowest free one; -1 when
+  // none is free (the call parks).
+  absl::StatusOr<int> RankForLocked(const RegisterRequest& request,
+                                    const std::optional<int>& known,
+                                    Deferred& deferred);
+  // The registration's rank taken (a new worker id) or kept (a known one),
+  // and where the worker is now recorded.
+  Member& RecordMemberLocked(int rank, bool known, RegisterRequest& request,
+                             std::string fresh_secret, const std::string& claim,
+                             Deferred& deferred);
+  // A reconnect into a formed world (every member does it when the world
+  // moves to a new generation): answered at once, nothing to wait for.
+  void ReconnectLocked(WaitId id, int rank, Member& member,
+                       const RegisterRequest& request,
+                       std::chrono::milliseconds timeout,
+                       Callback<RegisterResult> done, Deferred& deferred);
+  // A new, lost or departed member joins anew: it waits for the world to
+  // form, which it completes if it is the last.
+  void JoinLocked(WaitId id, int rank, Member& member,
+                  const RegisterRequest& request,
+                  std::chrono::milliseconds timeout,
+                  Callback<RegisterResult> done, Deferred& deferred);
   // FAILED_PRECONDITION when a live member other than `rank` holds
   // `claim` (GpuClaim), naming both workers and the way out.
   absl::Status CheckGpuClaimLocked(const std::string& claim, int rank,
