@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -141,130 +142,148 @@ bool PollForKeys(KvStore& kv, const std::vector<std::string>& keys,
   }
 }
 
-std::string Name(const std::string& group, const std::vector<int>& world_ranks,
-                 size_t r) {
-  return group == kWorldGroup
-             ? absl::StrCat(r)
-             : absl::StrCat(r, " (world rank ", world_ranks[r], ")");
-}
+// The check of one rank of one group: whom it cannot reach, who else
+// reached the failed op, and where the missing ones last were.
+class ArrivalChecker {
+ public:
+  ArrivalChecker(KvStore* kv, std::string group, int group_rank,
+                 std::vector<int> world_ranks)
+      : kv_(*kv),
+        group_(std::move(group)),
+        group_rank_(group_rank),
+        world_ranks_(std::move(world_ranks)),
+        checked_(std::min(world_ranks_.size(), kMaxChecked + 1)) {}
 
-}  // namespace
-
-Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
-                                 std::vector<int> world_ranks) {
-  if (kv == nullptr) return nullptr;
-  return [kv, group = std::move(group), group_rank,
-          world_ranks = std::move(world_ranks)](
-             int64_t seq, Executor::Arrival arrival) -> Executor::Diagnosed {
+  Executor::Diagnosed operator()(int64_t seq, Executor::Arrival arrival) const {
     using Arrival = Executor::Arrival;
-    const size_t n = std::min(world_ranks.size(), kMaxChecked + 1);
     std::vector<std::string> parts;
     Executor::Diagnosed diagnosed;
     const auto answer = [&] {
       diagnosed.why = absl::StrJoin(parts, "; ");
       return diagnosed;
     };
-
     // First of all, before the probe: a peer that lost this rank's
     // connections in the abort just before waits for this to know the op
     // timed out here.
     const std::string timed_out_key =
-        absl::StrCat("timedout/", group, "/", seq);
+        absl::StrCat("timedout/", group_, "/", seq);
     if (arrival == Arrival::kAfterTimeout) {
-      (void)kv->Set(timed_out_key, Name(group, world_ranks, group_rank));
+      (void)kv_.Set(timed_out_key, Name(group_rank_));
     }
-
-    // Which peers this rank cannot reach.
-    std::vector<size_t> peers;
-    std::vector<std::string> addresses;
-    for (size_t r = 0; r < n; ++r) {
-      if (static_cast<int>(r) == group_rank) continue;
-      auto address =
-          kv->Get(PeerAddressKey(world_ranks[r]), std::chrono::milliseconds(1));
-      if (!address.ok()) continue;  // an older worker, or a test's store
-      peers.push_back(r);
-      addresses.push_back(*address);
-    }
-    const std::vector<std::string> reached = Connect(addresses);
-    std::vector<std::string> unreachable;
     std::vector<std::string> unreachable_ranks;
-    for (size_t k = 0; k < peers.size(); ++k) {
-      if (reached[k].empty()) continue;
-      unreachable.push_back(
-          absl::StrCat("rank ", Name(group, world_ranks, peers[k]), " (",
-                       addresses[k], "): ", reached[k]));
-      unreachable_ranks.push_back(absl::StrCat(peers[k]));
-    }
-    if (!unreachable.empty()) {
-      parts.push_back(absl::StrCat(
-          "unreachable from rank ", Name(group, world_ranks, group_rank),
-          " of group ", group, ": ", absl::StrJoin(unreachable, "; "),
-          " (a link that drops or rejects packets, or a worker that is gone)"));
+    if (std::string cut = Unreachable(unreachable_ranks); !cut.empty()) {
+      parts.push_back(std::move(cut));
     }
     if (arrival == Arrival::kNever) return answer();
     const Clock::time_point window_end = Clock::now() + kWindow;
     if (arrival == Arrival::kIfAPeerTimedOut) {
       // A peer this rank cannot reach is gone, not at its deadline: the
       // others still wait in the op and would be misnamed as missing.
-      if (!unreachable.empty()) return answer();
-      auto who = kv->Get(timed_out_key, kWindow);
+      if (!unreachable_ranks.empty()) return answer();
+      auto who = kv_.Get(timed_out_key, kWindow);
       if (!who.ok()) return answer();
       diagnosed.peer_timed_out = true;
       parts.push_back(absl::StrCat(
-          "rank ", *who, " of group ", group, " timed out on seq ", seq,
+          "rank ", *who, " of group ", group_, " timed out on seq ", seq,
           " and gave the op up, which closed its connections to this rank"));
     }
-
     // Which ranks never reached the op, and whom the others cannot reach.
-    const std::string base = absl::StrCat("reached/", group, "/", seq, "/");
-    if (!kv->Set(absl::StrCat(base, group_rank),
+    const std::string base = absl::StrCat("reached/", group_, "/", seq, "/");
+    if (!kv_.Set(absl::StrCat(base, group_rank_),
                  absl::StrCat("1;", absl::StrJoin(unreachable_ranks, ",")))
              .ok()) {
       return answer();
     }
     std::vector<std::string> others;
-    for (size_t r = 0; r < n; ++r) {
-      if (static_cast<int>(r) != group_rank) {
+    for (size_t r = 0; r < checked_; ++r) {
+      if (static_cast<int>(r) != group_rank_) {
         others.push_back(absl::StrCat(base, r));
       }
     }
     if (others.empty()) return answer();
+    const bool everyone = AwaitMarks(others, window_end);
+    ReadMarks(seq, base, everyone, parts);
+    return answer();
+  }
+
+ private:
+  std::string Name(size_t r) const {
+    return group_ == kWorldGroup
+               ? absl::StrCat(r)
+               : absl::StrCat(r, " (world rank ", world_ranks_[r], ")");
+  }
+
+  // The peers this rank cannot connect to, as a sentence (empty if none);
+  // their group ranks into `ranks`.
+  std::string Unreachable(std::vector<std::string>& ranks) const {
+    std::vector<size_t> peers;
+    std::vector<std::string> addresses;
+    for (size_t r = 0; r < checked_; ++r) {
+      if (static_cast<int>(r) == group_rank_) continue;
+      auto address = kv_.Get(PeerAddressKey(world_ranks_[r]),
+                             std::chrono::milliseconds(1));
+      if (!address.ok()) continue;  // an older worker, or a test's store
+      peers.push_back(r);
+      addresses.push_back(*address);
+    }
+    const std::vector<std::string> reached = Connect(addresses);
+    std::vector<std::string> unreachable;
+    for (size_t k = 0; k < peers.size(); ++k) {
+      if (reached[k].empty()) continue;
+      unreachable.push_back(absl::StrCat("rank ", Name(peers[k]), " (",
+                                         addresses[k], "): ", reached[k]));
+      ranks.push_back(absl::StrCat(peers[k]));
+    }
+    if (unreachable.empty()) return "";
+    return absl::StrCat(
+        "unreachable from rank ", Name(group_rank_), " of group ", group_, ": ",
+        absl::StrJoin(unreachable, "; "),
+        " (a link that drops or rejects packets, or a worker that is gone)");
+  }
+
+  // Whether every other rank marked the op before `window_end`.
+  bool AwaitMarks(const std::vector<std::string>& others,
+                  Clock::time_point window_end) const {
     const auto window_left =
         std::max(std::chrono::milliseconds(1),
                  std::chrono::duration_cast<std::chrono::milliseconds>(
                      window_end - Clock::now()));
-    bool everyone = false;
-    if (absl::Status waited = kv->Wait(others, window_left);
-        absl::IsAborted(waited)) {
+    absl::Status waited = kv_.Wait(others, window_left);
+    if (absl::IsAborted(waited)) {
       // The generation ended (a re-form asked by a rank done with its own
       // check, or by one that lost a peer). The coordinator answers a wait
       // in an ended generation at once, yet keeps its keys readable for
       // one more: the marks are read again until the window ends, else
       // a rank still on its way to marking would be named as missing.
-      everyone = PollForKeys(*kv, others, window_end);
-    } else {
-      everyone = waited.ok();
+      return PollForKeys(kv_, others, window_end);
     }
+    return waited.ok();
+  }
+
+  // The other ranks' marks read: who cannot reach whom, who finished the
+  // op, who never reached it and where it last was.
+  void ReadMarks(int64_t seq, const std::string& base, bool everyone,
+                 std::vector<std::string>& parts) const {
     std::vector<std::string> missing;
     std::vector<std::string> finished;
     std::vector<std::string> heard;  // where the missing ones last were
     std::vector<std::string> cut;
-    for (size_t r = 0; r < n; ++r) {
-      if (static_cast<int>(r) == group_rank) continue;
-      auto mark = kv->Get(absl::StrCat(base, r), std::chrono::milliseconds(1));
+    for (size_t r = 0; r < checked_; ++r) {
+      if (static_cast<int>(r) == group_rank_) continue;
+      auto mark = kv_.Get(absl::StrCat(base, r), std::chrono::milliseconds(1));
       if (!mark.ok()) {
         // No mark: it never got this far, or it finished the op (a rank
         // that ran it to its end leaves none), which its heartbeats tell.
         const std::optional<int64_t> done_below =
-            FinishedBelow(*kv, group, world_ranks[r]);
+            FinishedBelow(kv_, group_, world_ranks_[r]);
         if (done_below && *done_below > seq) {
-          finished.push_back(Name(group, world_ranks, r));
+          finished.push_back(Name(r));
           continue;
         }
-        missing.push_back(Name(group, world_ranks, r));
+        missing.push_back(Name(r));
         if (done_below) {
           heard.push_back(absl::StrCat(
-              "rank ", Name(group, world_ranks, r),
+              "rank ", Name(r),
               *done_below == 0
                   ? std::string(" had finished no op of the group yet")
                   : absl::StrCat(" had finished every seq below ",
@@ -278,31 +297,31 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
       for (absl::string_view peer :
            absl::StrSplit(mark->substr(semi + 1), ',', absl::SkipEmpty())) {
         size_t p = 0;
-        if (absl::SimpleAtoi(peer, &p) && p < world_ranks.size()) {
-          theirs.push_back(Name(group, world_ranks, p));
+        if (absl::SimpleAtoi(peer, &p) && p < world_ranks_.size()) {
+          theirs.push_back(Name(p));
         }
       }
       if (!theirs.empty()) {
-        cut.push_back(absl::StrCat(
-            "rank ", Name(group, world_ranks, r), " cannot reach rank",
-            theirs.size() == 1 ? " " : "s ", absl::StrJoin(theirs, ", ")));
+        cut.push_back(absl::StrCat("rank ", Name(r), " cannot reach rank",
+                                   theirs.size() == 1 ? " " : "s ",
+                                   absl::StrJoin(theirs, ", ")));
       }
     }
     if (!cut.empty()) parts.push_back(absl::StrJoin(cut, "; "));
     if (!finished.empty()) {
       parts.push_back(absl::StrCat(
           finished.size() == 1 ? "rank " : "ranks ",
-          absl::StrJoin(finished, ", "), " of group ", group, " finished seq ",
+          absl::StrJoin(finished, ", "), " of group ", group_, " finished seq ",
           seq, " (", finished.size() == 1 ? "its" : "their",
           " last heartbeat said so): this rank's side of the op failed"));
     }
     if (everyone || (missing.empty() && finished.empty())) {
-      parts.push_back(absl::StrCat("every rank of group ", group,
+      parts.push_back(absl::StrCat("every rank of group ", group_,
                                    " reached seq ", seq, " and failed there"));
     } else if (!missing.empty()) {
       parts.push_back(absl::StrCat(
           missing.size() == 1 ? "rank " : "ranks ",
-          absl::StrJoin(missing, ", "), " of group ", group,
+          absl::StrJoin(missing, ", "), " of group ", group_,
           " never reached seq ", seq,
           " (no report within 1 s of this rank's failure: dead, stopped, or "
           "still on an earlier op; `ccctl debug ops` shows where each rank "
@@ -312,7 +331,25 @@ Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
             absl::StrCat("last heartbeats: ", absl::StrJoin(heard, "; ")));
       }
     }
-    return answer();
+  }
+
+  KvStore& kv_;
+  const std::string group_;
+  const int group_rank_;
+  const std::vector<int> world_ranks_;
+  // Ranks beyond the first kMaxChecked + 1 are not probed or awaited.
+  const size_t checked_;
+};
+
+}  // namespace
+
+Executor::Diagnosis ArrivalCheck(KvStore* kv, std::string group, int group_rank,
+                                 std::vector<int> world_ranks) {
+  if (kv == nullptr) return nullptr;
+  auto checker = std::make_shared<const ArrivalChecker>(
+      kv, std::move(group), group_rank, std::move(world_ranks));
+  return [checker](int64_t seq, Executor::Arrival arrival) {
+    return (*checker)(seq, arrival);
   };
 }
 
