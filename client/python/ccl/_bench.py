@@ -10,7 +10,7 @@ import time
 import grpc
 
 from ccl import _dtypes
-from ccl._client import RPC_MARGIN_S, _reduce
+from ccl._handles import RPC_MARGIN_S, _reduce
 from ccl._errors import combine, from_rpc_error, invalid
 from ccl.v1 import worker_pb2
 

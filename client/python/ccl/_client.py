@@ -11,7 +11,6 @@ global ranks, whatever the group.
 
 import itertools
 import logging
-import mmap
 import os
 import threading
 import time
@@ -20,25 +19,23 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import numpy as np
 
-from ccl import _dtypes
+from ccl import _bench, _dtypes
 from ccl._channels import Security, resolve_coordinator
 from ccl._errors import CclError, combine, from_rpc_error, invalid
 from ccl._seqs import ClientSequences
+from ccl._streams import gather, write_chunks
 from ccl.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from ccl.v1 import worker_pb2, worker_pb2_grpc
 
 _log = logging.getLogger("ccl")
 
-WRITE_CHUNK_BYTES = 1 << 20
-# Reads at least this large land in memory advised for huge pages.
-HUGE_READ_BYTES = 4 << 20
 _names = itertools.count()
 
 
-# Group, ReduceOp, premul_sum and RPC_MARGIN_S are re-exported (ccl, _bench).
+# Group, ReduceOp, premul_sum and RPC_MARGIN_S are re-exported (ccl).
 from ccl._handles import (  # noqa: F401
-    _FILLS, RPC_MARGIN_S, Group, ReduceOp, Tensor, Work, _reduce, _seconds,
-    premul_sum)
+    _FILLS, RPC_MARGIN_S, Group, ReduceOp, Tensor, Work, _group_name, _reduce,
+    _seconds, _tensor_name, premul_sum)
 
 
 class Client:
@@ -319,24 +316,13 @@ class Client:
         try:
             chunks = self._worker(rank).ReadTensor(request,
                                                    timeout=self.timeout)
-            return _gather(chunks)
+            return gather(chunks)
         except grpc.RpcError as e:
             raise from_rpc_error(e, rank) from None
 
     def _write(self, rank, name, payload):
-        def chunks():
-            offset = 0
-            while True:
-                piece = payload[offset:offset + WRITE_CHUNK_BYTES]
-                yield worker_pb2.WriteTensorChunk(
-                    name=name if offset == 0 else "", offset_bytes=offset,
-                    data=piece)
-                offset += len(piece)
-                if offset >= len(payload):
-                    return
-
         try:
-            return self._worker(rank).WriteTensor(chunks(),
+            return self._worker(rank).WriteTensor(write_chunks(name, payload),
                                                   timeout=self.timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e, rank) from None
@@ -745,7 +731,6 @@ class Client:
         prints (op, ranks, type, redop, root, iters, warmup, rows, each row
         size, count, time_us, algbw, busbw, wrong, in_place, e2e_us,
         op_min_us, op_max_us; and avg_busbw)."""
-        from ccl import _bench
         return _bench.run(self, op, minbytes, maxbytes, stepfactor, stepbytes,
                           iters, warmup, dtype, reduce_op, root, check, e2e,
                           group)
@@ -793,21 +778,6 @@ class Client:
                 f"generation={self.generation})")
 
 
-def _tensor_name(t):
-    if isinstance(t, Tensor):
-        if t.freed:
-            raise invalid(f"tensor '{t.name}' was freed")
-        return t.name
-    if isinstance(t, str):
-        return t
-    raise TypeError(f"expected a ccl.Tensor or a tensor name, got "
-                    f"{type(t).__name__}")
-
-
-def _group_name(g):
-    return g.name if isinstance(g, Group) else (g or "world")
-
-
 def _no_list(value, op, what):
     if isinstance(value, (list, tuple)):
         raise TypeError(
@@ -819,31 +789,3 @@ def _copy(message):
     out = type(message)()
     out.CopyFrom(message)
     return out
-
-
-def _gather(chunks):
-    """A tensor stream's bytes in one buffer. A large one is filled in place,
-    in anonymous memory advised for huge pages: joined into fresh bytes, it
-    paid a page fault per 4 KiB (on the development VM a 64 MiB read took
-    ~200 ms of them; common/huge_pages.h). A stream that brings other than
-    the size its first chunk announced is joined as it comes, and the
-    caller's size check names the difference."""
-    first = next(chunks, None)
-    if first is None:
-        return b""
-    total = first.total_bytes
-    if total < HUGE_READ_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return b"".join(itertools.chain([first.data],
-                                        (c.data for c in chunks)))
-    # Private: a shared anonymous mapping is shmem, which THP leaves alone.
-    buffer = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE)
-    buffer.madvise(mmap.MADV_HUGEPAGE)
-    offset = 0
-    for chunk in itertools.chain([first], chunks):
-        data = chunk.data
-        if offset + len(data) > total:
-            return b"".join(itertools.chain(
-                [buffer[:offset], data], (c.data for c in chunks)))
-        buffer[offset:offset + len(data)] = data
-        offset += len(data)
-    return buffer if offset == total else buffer[:offset]

@@ -373,3 +373,18 @@ class Tensor:
         where = "freed" if self.freed else f"ranks={list(self.ranks)}"
         return (f"Tensor({self.name!r}, shape={list(self.shape)}, "
                 f"dtype={self.dtype}, {where})")
+
+
+def _tensor_name(t):
+    if isinstance(t, Tensor):
+        if t.freed:
+            raise invalid(f"tensor '{t.name}' was freed")
+        return t.name
+    if isinstance(t, str):
+        return t
+    raise TypeError(f"expected a ccl.Tensor or a tensor name, got "
+                    f"{type(t).__name__}")
+
+
+def _group_name(g):
+    return g.name if isinstance(g, Group) else (g or "world")

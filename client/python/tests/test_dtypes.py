@@ -100,7 +100,7 @@ def _chunks(payload, total, size=1 << 20):
 
 
 def test_a_large_read_is_gathered_in_place_and_is_the_callers_own():
-    from ccl._client import HUGE_READ_BYTES, _gather
+    from ccl._streams import HUGE_READ_BYTES, gather as _gather
     payload = np.arange((HUGE_READ_BYTES + 12) // 4, dtype=np.float32)
     raw = payload.tobytes()
     gathered = _gather(_chunks(raw, len(raw)))
@@ -116,7 +116,7 @@ def test_a_large_read_is_gathered_in_place_and_is_the_callers_own():
 
 
 def test_a_read_that_is_not_the_size_announced_keeps_every_byte():
-    from ccl._client import HUGE_READ_BYTES, _gather
+    from ccl._streams import HUGE_READ_BYTES, gather as _gather
     raw = bytes(range(256)) * ((HUGE_READ_BYTES + 4096) // 256)
     # More than announced: every byte, in order, for the size check to see.
     assert _gather(_chunks(raw, HUGE_READ_BYTES)) == raw

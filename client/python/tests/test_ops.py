@@ -278,7 +278,7 @@ def test_write_per_rank_and_subset(client):
 
 def test_large_tensor_round_trip(client):
     # Several 1 MiB chunks each way; the second size is read into memory of
-    # its own (ccl._client._gather), which the caller may write.
+    # its own (ccl._streams.gather), which the caller may write.
     for n in (3 << 18, (5 << 18) + 3):
         big = np.random.default_rng(1).random(n).astype(np.float32)
         with client.from_numpy(big, ranks=[0]) as t:
