@@ -7,7 +7,9 @@
 // go back to the workers, and the window starts again at one: another
 // client's later ops wait on our unused numbers for at most that long, never
 // for the workers' gap timeout. Plain logic: the coordinator, the workers and
-// the timer are injected, so the policy is unit-tested without gRPC.
+// the timer are injected, so the policy is unit-tested without gRPC. The
+// Python client has the same policy (client/python/ccl/_seqs.py): both run
+// the cases of tests/spec/sequence_windows.json.
 #pragma once
 
 #include <chrono>

@@ -5,10 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace ccl::client::internal {
 namespace {
@@ -229,6 +235,97 @@ TEST_F(SequenceWindowsTest, ForgetAllGivesNothingBackAndReservesAnew) {
   // A timer armed in the old generation finds nothing to give back.
   while (!timers_.empty()) FireTimer();
   EXPECT_TRUE(released_.empty());
+}
+
+// The cases both clients run: tests/spec/sequence_windows.json, which
+// client/python/tests/test_seq_windows.py runs against the Python client.
+using Triple = std::tuple<std::string, int64_t, int64_t>;
+
+std::vector<Triple> Triples(const nlohmann::json& list) {
+  std::vector<Triple> out;
+  for (const auto& t : list) {
+    out.emplace_back(t[0].get<std::string>(), t[1].get<int64_t>(),
+                     t[2].get<int64_t>());
+  }
+  return out;
+}
+
+TEST(SequenceWindowsSpecTest, TheCasesBothClientsRun) {
+  std::ifstream in(CCL_SEQUENCE_WINDOWS_SPEC);
+  ASSERT_TRUE(in) << CCL_SEQUENCE_WINDOWS_SPEC;
+  const nlohmann::json spec = nlohmann::json::parse(in);
+  ASSERT_GE(spec["cases"].size(), 5u);
+  const SequenceWindows::Options options{
+      spec["max_window"].get<int64_t>(),
+      milliseconds(spec["linger_ms"].get<int64_t>())};
+  for (const auto& c : spec["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    Clock::time_point now = Clock::time_point() + std::chrono::hours(1);
+    std::map<std::string, int64_t> next;
+    std::vector<Triple> reserved, released;
+    std::multimap<Clock::time_point, std::function<void()>> timers;
+    SequenceWindows windows(
+        [&](const std::string& group,
+            int64_t count) -> absl::StatusOr<int64_t> {
+          const int64_t first = next[group];
+          next[group] += count;
+          reserved.emplace_back(group, first, count);
+          return first;
+        },
+        [&](const std::string& group, int64_t begin, int64_t end) {
+          released.emplace_back(group, begin, end);
+        },
+        [&](Clock::time_point when, std::function<void()> callback) {
+          timers.emplace(when, std::move(callback));
+        },
+        options, [&] { return now; });
+    int index = 0;
+    for (const auto& step : c["steps"]) {
+      SCOPED_TRACE(absl::StrCat("step ", index++, ": ", step.dump()));
+      reserved.clear();
+      released.clear();
+      std::optional<int64_t> seq;
+      if (step.contains("take")) {
+        auto taken = windows.Take(step["take"].get<std::string>(), 1);
+        ASSERT_TRUE(taken.ok()) << taken.status();
+        seq = *taken;
+      } else if (step.contains("idle_ms")) {
+        // Due timers run in time order, each with the clock at its time.
+        const Clock::time_point until =
+            now + milliseconds(step["idle_ms"].get<int64_t>());
+        while (!timers.empty() && timers.begin()->first <= until) {
+          auto timer = timers.extract(timers.begin());
+          now = std::max(now, timer.key());
+          timer.mapped()();
+        }
+        now = until;
+      } else if (step.contains("drop")) {
+        windows.Drop(step["drop"].get<std::string>());
+      } else if (step.contains("release_all")) {
+        windows.ReleaseAll();
+      } else {
+        FAIL() << "unknown step";
+      }
+      if (step.contains("seq")) {
+        EXPECT_EQ(seq, std::optional<int64_t>(step["seq"].get<int64_t>()));
+      }
+      EXPECT_EQ(reserved,
+                Triples(step.value("reserved", nlohmann::json::array())));
+      std::vector<Triple> want =
+          Triples(step.value("released", nlohmann::json::array()));
+      std::sort(want.begin(), want.end());
+      std::sort(released.begin(), released.end());
+      EXPECT_EQ(released, want);
+      if (step.contains("held")) {
+        for (const auto& [group, range] : step["held"].items()) {
+          EXPECT_EQ(
+              windows.Held(group),
+              std::make_pair(range[0].get<int64_t>(), range[1].get<int64_t>()))
+              << group;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

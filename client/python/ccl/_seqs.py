@@ -1,6 +1,7 @@
 """Sequence numbers reserved ahead of use, per group, so that a loop of ops
 pays no coordinator round trip per op: the C++ client's policy
-(client/internal/sequence_windows.h), which the two keep alike.
+(client/internal/sequence_windows.h); both clients run the cases of
+tests/spec/sequence_windows.json.
 
 A group's window starts at one number (a single op reserves exactly what it
 uses) and doubles each time the client comes back for more, up to

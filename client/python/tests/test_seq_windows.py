@@ -3,6 +3,11 @@ hands out consecutive numbers, a fake worker side that records releases, a
 timer that runs when the test says and a clock the test moves (the same
 cases as the C++ client's tests/unit/sequence_windows_test.cc)."""
 
+import itertools
+import json
+import os
+import pathlib
+
 import pytest
 
 from ccl._seqs import SequenceWindows
@@ -153,3 +158,75 @@ def test_a_coordinator_error_is_the_callers_and_changes_nothing():
     w._reserve = f.reserve
     assert w.take("world", 1) == (1, 1)
     assert f.reserved[-1] == ("world", 2)
+
+
+def _shared_spec():
+    root = os.environ.get("CCL_SOURCE_DIR") or pathlib.Path(
+        __file__).resolve().parents[3]
+    with open(os.path.join(root, "tests", "spec",
+                           "sequence_windows.json")) as f:
+        return json.load(f)
+
+
+SPEC = _shared_spec()
+
+
+@pytest.mark.parametrize("case", SPEC["cases"],
+                         ids=[c["name"] for c in SPEC["cases"]])
+def test_shared_spec(case):
+    """The cases both clients run (tests/spec/sequence_windows.json; the
+    C++ client runs them in tests/unit/sequence_windows_test.cc). The clock
+    counts milliseconds: the policy only adds and compares times, so whole
+    numbers keep a timer due exactly when the spec says."""
+    now = [3_600_000]
+    next_seq = {}
+    reserved, released, timers = [], [], []
+    order = itertools.count()
+
+    def reserve(group, count):
+        first = next_seq.get(group, 0)
+        next_seq[group] = first + count
+        reserved.append([group, first, count])
+        return first, 1
+
+    def release(group, generation, begin, end):
+        released.append([group, begin, end])
+
+    def schedule(delay, callback):
+        timers.append((now[0] + delay, next(order), callback))
+
+    w = SequenceWindows(reserve, release, schedule,
+                        max_window=SPEC["max_window"],
+                        linger=SPEC["linger_ms"], clock=lambda: now[0])
+    for index, step in enumerate(case["steps"]):
+        where = f"step {index}: {step}"
+        reserved.clear()
+        released.clear()
+        seq = None
+        if "take" in step:
+            seq, generation = w.take(step["take"], 1)
+            assert generation == 1, where
+        elif "idle_ms" in step:
+            # Due timers run in time order, each with the clock at its time.
+            until = now[0] + step["idle_ms"]
+            while True:
+                due = [t for t in timers if t[0] <= until]
+                if not due:
+                    break
+                timer = min(due, key=lambda t: t[:2])
+                timers.remove(timer)
+                now[0] = max(now[0], timer[0])
+                timer[2]()
+            now[0] = until
+        elif "drop" in step:
+            w.drop(step["drop"])
+        elif "release_all" in step:
+            w.release_all()
+        else:
+            pytest.fail(f"unknown {where}")
+        if "seq" in step:
+            assert seq == step["seq"], where
+        assert reserved == step.get("reserved", []), where
+        assert sorted(released) == sorted(step.get("released", [])), where
+        for group, held in step.get("held", {}).items():
+            assert list(w.held(group)) == held, f"{where}: {group}"
