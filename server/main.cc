@@ -385,7 +385,10 @@ class WorkerServer {
       return absl::UnavailableError(
           absl::StrCat("cannot listen on ", f.listen));
     }
-    CCL_RETURN_IF_ERROR(service_.Serve(*queue_));
+    if (absl::Status serving = service_.Serve(*queue_); !serving.ok()) {
+      // Logged as it was, with its code.
+      return absl::Status(serving.code(), serving.ToString());
+    }
     health_.Serve(*queue_);
     unknown_methods_.Serve(*queue_);
     // Handlers never block, so two threads keep the queue moving while one

@@ -23,7 +23,7 @@ from ccl import _bench, _dtypes
 from ccl._channels import Security, resolve_coordinator
 from ccl._errors import CclError, combine, from_rpc_error, invalid
 from ccl._seqs import ClientSequences
-from ccl._streams import gather, write_chunks
+from ccl._streams import gather as _gather, write_chunks as _write_chunks
 from ccl.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from ccl.v1 import worker_pb2, worker_pb2_grpc
 
@@ -316,13 +316,13 @@ class Client:
         try:
             chunks = self._worker(rank).ReadTensor(request,
                                                    timeout=self.timeout)
-            return gather(chunks)
+            return _gather(chunks)
         except grpc.RpcError as e:
             raise from_rpc_error(e, rank) from None
 
     def _write(self, rank, name, payload):
         try:
-            return self._worker(rank).WriteTensor(write_chunks(name, payload),
+            return self._worker(rank).WriteTensor(_write_chunks(name, payload),
                                                   timeout=self.timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e, rank) from None
