@@ -367,6 +367,194 @@ std::vector<double> StreamFanOut(const std::vector<std::string>& addresses,
   return us;
 }
 
+struct LatencyArgs {
+  ccl::client::ClientOptions options;
+  int iters = 2000, plan_ops = 1000, plan_rounds = 5, idle_gap_ms = 0;
+  int64_t bytes = 8;
+};
+
+// False (after saying why) for a flag it does not know or a value out of
+// range.
+bool ParseArgs(int argc, char** argv, LatencyArgs& a) {
+  // As ccctl: the client's own busy polling (ClientOptions::busy_poll).
+  if (const char* poll = std::getenv("CCL_CLIENT_BUSY_POLL_US")) {
+    a.options.busy_poll = std::chrono::microseconds(std::atoll(poll));
+  }
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--coordinator") {
+      a.options.coordinator = argv[i + 1];
+    } else if (flag == "--iters") {
+      a.iters = std::atoi(argv[i + 1]);
+    } else if (flag == "--bytes") {
+      a.bytes = std::atoll(argv[i + 1]);
+    } else if (flag == "--plan") {
+      a.plan_ops = std::atoi(argv[i + 1]);
+    } else if (flag == "--plan-rounds") {
+      a.plan_rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--idle-gap-ms") {
+      a.idle_gap_ms = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return false;
+    }
+  }
+  if (a.iters < 1 || a.plan_ops < 1 || a.plan_rounds < 1 || a.bytes < 4 ||
+      a.idle_gap_ms < 0) {
+    std::fprintf(stderr,
+                 "need --iters >= 1, --plan >= 1, --plan-rounds >= 1, "
+                 "--bytes >= 4, --idle-gap-ms >= 0\n");
+    return false;
+  }
+  return true;
+}
+
+// One client's figures: GetInfo, the op with and without the agreement.
+struct ClientRows {
+  std::vector<double> info_us, op_us, unchecked_us;
+  WorkerShare checked, without_agreement;
+};
+
+// `count` rounds through `via`; its reserved seqs given back at the end, so
+// the other client's ops do not wait for them.
+bool RunBlock(ClusterClient& via, const std::vector<int>& ranks,
+              const ccl::client::Op& op, ClientRows& rows, int count) {
+  for (int i = 0; i < count; ++i) {
+    auto start = Clock::now();
+    if (!AllOk(via.Info(ranks), "GetInfo")) return false;
+    rows.info_us.push_back(Since(start));
+
+    start = Clock::now();
+    const auto results = via.Collective(op);
+    rows.op_us.push_back(Since(start));
+    if (!AllOk(results, "all_reduce")) return false;
+    rows.checked.Add(results);
+
+    ccl::client::Op unchecked = op;
+    unchecked.skip_agreement = true;
+    start = Clock::now();
+    const auto unchecked_results = via.Collective(unchecked);
+    rows.unchecked_us.push_back(Since(start));
+    if (!AllOk(unchecked_results, "all_reduce")) return false;
+    rows.without_agreement.Add(unchecked_results);
+  }
+  via.ReleaseReservedSequences();
+  return true;
+}
+
+// Client-seen time per op after an idle gap, and after the same gap spent
+// spinning.
+struct GapRows {
+  std::vector<double> info_us, op_us, op_after_spin_us;
+};
+
+bool RunAfterGaps(ClusterClient& c, const std::vector<int>& ranks,
+                  const ccl::client::Op& op, const LatencyArgs& a,
+                  GapRows& rows) {
+  const auto gap = std::chrono::milliseconds(a.idle_gap_ms);
+  for (int i = 0; i < a.iters; ++i) {
+    std::this_thread::sleep_for(gap);
+    auto start = Clock::now();
+    if (!AllOk(c.Info(ranks), "GetInfo")) return false;
+    rows.info_us.push_back(Since(start));
+    std::this_thread::sleep_for(gap);
+    start = Clock::now();
+    if (!AllOk(c.Collective(op), "all_reduce")) return false;
+    rows.op_us.push_back(Since(start));
+    const auto until = Clock::now() + gap;
+    while (Clock::now() < until) {
+    }
+    start = Clock::now();
+    if (!AllOk(c.Collective(op), "all_reduce")) return false;
+    rows.op_after_spin_us.push_back(Since(start));
+  }
+  return true;
+}
+
+// The floors without the library: bare calls to the workers themselves
+// (plaintext, no token), beside no-op servers of each server API, and what
+// the worker's other server features (the unknown-method service and
+// parse-error interceptor, health, reflection) add to it. ccworker was
+// "callback+worker"; it now serves on the queue API, so its row should sit
+// at "queue".
+struct Floors {
+  std::vector<double> workers_us;
+  std::vector<std::string> kinds = {"callback", "callback+worker", "sync",
+                                    "queue", "queue+worker"};
+  std::vector<std::vector<double>> kind_us;
+  std::vector<double> stream_us;
+};
+
+Floors MeasureFloors(const ClusterClient& c, int ranks, int iters) {
+  Floors floors;
+  std::vector<std::string> worker_addresses;
+  for (const auto& member : c.world().members) {
+    worker_addresses.push_back(member.address);
+  }
+  floors.workers_us = BareFanOut(worker_addresses, iters);
+  floors.kind_us.resize(floors.kinds.size());
+  for (size_t k = 0; k < floors.kinds.size(); ++k) {
+    ccl::bench::ChildServers servers(ranks, {"--noop-server", floors.kinds[k]});
+    if (!servers.addresses().empty()) {
+      floors.kind_us[k] = BareFanOut(servers.addresses(), iters);
+    }
+  }
+  ccl::bench::ChildServers servers(ranks, {"--noop-server", "stream"});
+  if (!servers.addresses().empty()) {
+    floors.stream_us = StreamFanOut(servers.addresses(), iters);
+  }
+  return floors;
+}
+
+void RowOrFailed(const std::string& what, const std::vector<double>& us) {
+  if (us.empty()) {
+    std::printf("%-44s %10s %10s\n", what.c_str(), "failed", "-");
+  } else {
+    Row(what.c_str(), us);
+  }
+}
+
+void PrintReport(const LatencyArgs& a, size_t ranks, const ClientRows& streamed,
+                 const ClientRows& unary, const Floors& floors,
+                 const std::vector<double>& plan_us, bool emulated,
+                 const GapRows& gaps) {
+  std::printf(
+      "# client_latency: %zu ranks, %lld B float32 all_reduce (sum), "
+      "%d iters\n",
+      ranks, static_cast<long long>(a.bytes), a.iters);
+  std::printf("%-44s %10s %10s\n", "# what", "p50 (us)", "p99 (us)");
+  Row("GetInfo on every rank (RPC + fan-out)", streamed.info_us);
+  RowOrFailed(floors.workers_us.empty()
+                  ? "  bare gRPC to the workers"
+                  : "  bare gRPC to the workers (no library)",
+              floors.workers_us);
+  for (size_t k = 0; k < floors.kinds.size(); ++k) {
+    RowOrFailed(
+        (k == 0 ? "  bare gRPC peer: no-op servers, " : "    the same, ") +
+            floors.kinds[k],
+        floors.kind_us[k]);
+  }
+  RowOrFailed("    one message each way on a stream", floors.stream_us);
+  Row("all_reduce, client-seen", streamed.op_us);
+  streamed.checked.Print("the agreement, hand-offs");
+  Row("all_reduce without the agreement check", streamed.unchecked_us);
+  streamed.without_agreement.Print("hand-offs");
+  Row("all_reduce, a unary Submit per op (as before)", unary.op_us);
+  unary.checked.Print("the agreement, hand-offs");
+  Row("  the same without the agreement check", unary.unchecked_us);
+  unary.without_agreement.Print("hand-offs");
+  Row(emulated ? "plan, per op (EMULATED: no SubmitPlan)"
+               : "plan of --plan ops, per op",
+      plan_us);
+  if (a.idle_gap_ms > 0) {
+    const std::string after =
+        " after " + std::to_string(a.idle_gap_ms) + " ms idle";
+    Row(("GetInfo" + after).c_str(), gaps.info_us);
+    Row(("all_reduce" + after).c_str(), gaps.op_us);
+    Row("  the same, the client spinning meanwhile", gaps.op_after_spin_us);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -379,40 +567,9 @@ int main(int argc, char** argv) {
     }
     return ServeNoop(*kind);
   }
-  ccl::client::ClientOptions options;
-  // As ccctl: the client's own busy polling (ClientOptions::busy_poll).
-  if (const char* poll = std::getenv("CCL_CLIENT_BUSY_POLL_US")) {
-    options.busy_poll = std::chrono::microseconds(std::atoll(poll));
-  }
-  int iters = 2000, plan_ops = 1000, plan_rounds = 5, idle_gap_ms = 0;
-  int64_t bytes = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--coordinator") {
-      options.coordinator = argv[i + 1];
-    } else if (flag == "--iters") {
-      iters = std::atoi(argv[i + 1]);
-    } else if (flag == "--bytes") {
-      bytes = std::atoll(argv[i + 1]);
-    } else if (flag == "--plan") {
-      plan_ops = std::atoi(argv[i + 1]);
-    } else if (flag == "--plan-rounds") {
-      plan_rounds = std::atoi(argv[i + 1]);
-    } else if (flag == "--idle-gap-ms") {
-      idle_gap_ms = std::atoi(argv[i + 1]);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return 2;
-    }
-  }
-  if (iters < 1 || plan_ops < 1 || plan_rounds < 1 || bytes < 4 ||
-      idle_gap_ms < 0) {
-    std::fprintf(stderr,
-                 "need --iters >= 1, --plan >= 1, --plan-rounds >= 1, "
-                 "--bytes >= 4, --idle-gap-ms >= 0\n");
-    return 2;
-  }
-  auto client = ClusterClient::Connect(options);
+  LatencyArgs args;
+  if (!ParseArgs(argc, argv, args)) return 2;
+  auto client = ClusterClient::Connect(args.options);
   if (!client.ok()) {
     std::fprintf(stderr, "%s\n",
                  ccl::client::StatusText(client.status()).c_str());
@@ -421,7 +578,7 @@ int main(int argc, char** argv) {
   ClusterClient& c = **client;
   // The same ops the way the client sent them before op streams: one unary
   // Submit per op and rank.
-  ccl::client::ClientOptions unary_options = options;
+  ccl::client::ClientOptions unary_options = args.options;
   unary_options.op_streams = false;
   auto unary_client = ClusterClient::Connect(unary_options);
   if (!unary_client.ok()) {
@@ -432,7 +589,7 @@ int main(int argc, char** argv) {
   const std::vector<int> ranks = c.AllRanks();
   const std::string name = "client_latency.x";
   (void)c.Free(ranks, name);
-  if (!AllOk(c.Alloc(ranks, {name, ccl::DType::kFloat32, {bytes / 4}}),
+  if (!AllOk(c.Alloc(ranks, {name, ccl::DType::kFloat32, {args.bytes / 4}}),
              "alloc")) {
     return 1;
   }
@@ -441,160 +598,41 @@ int main(int argc, char** argv) {
   op.input = name;
 
   // The same loop through both clients, in alternating blocks so that both
-  // see the machine alike; each block gives its reserved seqs back at its
-  // end, so the other client's ops do not wait for them.
-  struct Rows {
-    std::vector<double> info_us, op_us, unchecked_us;
-    WorkerShare checked, without_agreement;
-  };
-  Rows streamed, unary;
-  auto run_block = [&](ClusterClient& via, Rows& rows, int count) {
-    for (int i = 0; i < count; ++i) {
-      auto start = Clock::now();
-      if (!AllOk(via.Info(ranks), "GetInfo")) return false;
-      rows.info_us.push_back(Since(start));
-
-      start = Clock::now();
-      const auto results = via.Collective(op);
-      rows.op_us.push_back(Since(start));
-      if (!AllOk(results, "all_reduce")) return false;
-      rows.checked.Add(results);
-
-      ccl::client::Op unchecked = op;
-      unchecked.skip_agreement = true;
-      start = Clock::now();
-      const auto unchecked_results = via.Collective(unchecked);
-      rows.unchecked_us.push_back(Since(start));
-      if (!AllOk(unchecked_results, "all_reduce")) return false;
-      rows.without_agreement.Add(unchecked_results);
-    }
-    via.ReleaseReservedSequences();
-    return true;
-  };
+  // see the machine alike.
   for (ClusterClient* via : {&c, unary_client->get()}) {
-    for (int i = 0; i < iters / 10 + 1; ++i) {  // warm up channels and ranges
+    for (int i = 0; i < args.iters / 10 + 1; ++i) {  // warm up channels
       if (!AllOk(via->Collective(op), "warmup")) return 1;
     }
     via->ReleaseReservedSequences();
   }
+  ClientRows streamed, unary;
   constexpr int kBlock = 100;
-  for (int done = 0; done < iters; done += kBlock) {
-    const int count = std::min(kBlock, iters - done);
-    if (!run_block(c, streamed, count) ||
-        !run_block(**unary_client, unary, count)) {
+  for (int done = 0; done < args.iters; done += kBlock) {
+    const int count = std::min(kBlock, args.iters - done);
+    if (!RunBlock(c, ranks, op, streamed, count) ||
+        !RunBlock(**unary_client, ranks, op, unary, count)) {
       return 1;
     }
   }
-  const std::vector<double>& info_us = streamed.info_us;
   ccl::client::Plan plan;
-  plan.steps.assign(plan_ops, ccl::client::PlanStep::Collective(op));
+  plan.steps.assign(args.plan_ops, ccl::client::PlanStep::Collective(op));
   std::vector<double> plan_us;
   bool emulated = false;
-  for (int round = 0; round < plan_rounds; ++round) {
+  for (int round = 0; round < args.plan_rounds; ++round) {
     const auto start = Clock::now();
     const auto results = c.SubmitPlan(plan);
-    plan_us.push_back(Since(start) / plan_ops);
+    plan_us.push_back(Since(start) / args.plan_ops);
     if (!AllOk(results, "plan")) return 1;
     for (const auto& r : results) emulated |= r.result->emulated;
   }
-  std::vector<double> info_after_gap_us, op_after_gap_us, op_after_spin_us;
-  if (idle_gap_ms > 0) {
-    const auto gap = std::chrono::milliseconds(idle_gap_ms);
-    for (int i = 0; i < iters; ++i) {
-      std::this_thread::sleep_for(gap);
-      auto start = Clock::now();
-      if (!AllOk(c.Info(ranks), "GetInfo")) return 1;
-      info_after_gap_us.push_back(Since(start));
-      std::this_thread::sleep_for(gap);
-      start = Clock::now();
-      if (!AllOk(c.Collective(op), "all_reduce")) return 1;
-      op_after_gap_us.push_back(Since(start));
-      const auto until = Clock::now() + gap;
-      while (Clock::now() < until) {
-      }
-      start = Clock::now();
-      if (!AllOk(c.Collective(op), "all_reduce")) return 1;
-      op_after_spin_us.push_back(Since(start));
-    }
+  GapRows gaps;
+  if (args.idle_gap_ms > 0 && !RunAfterGaps(c, ranks, op, args, gaps)) {
+    return 1;
   }
   (void)c.Free(ranks, name);
-
-  // The same bare calls to the workers themselves (plaintext, no token):
-  // beside the row above it splits the library's cost from the server's.
-  std::vector<std::string> worker_addresses;
-  for (const auto& member : c.world().members) {
-    worker_addresses.push_back(member.address);
-  }
-  const std::vector<double> bare_worker_us =
-      BareFanOut(worker_addresses, iters);
-  // The floor under each server API, and what the worker's other server
-  // features (the unknown-method service and parse-error interceptor,
-  // health, reflection) add to it. ccworker was "callback+worker"; it now
-  // serves on the queue API, so its row should sit at "queue".
-  const std::vector<std::string> kinds = {"callback", "callback+worker", "sync",
-                                          "queue", "queue+worker"};
-  std::vector<std::vector<double>> floor_us(kinds.size());
-  for (size_t k = 0; k < kinds.size(); ++k) {
-    ccl::bench::ChildServers servers(static_cast<int>(ranks.size()),
-                                     {"--noop-server", kinds[k]});
-    if (!servers.addresses().empty()) {
-      floor_us[k] = BareFanOut(servers.addresses(), iters);
-    }
-  }
-  std::vector<double> stream_us;
-  {
-    ccl::bench::ChildServers servers(static_cast<int>(ranks.size()),
-                                     {"--noop-server", "stream"});
-    if (!servers.addresses().empty()) {
-      stream_us = StreamFanOut(servers.addresses(), iters);
-    }
-  }
-
-  std::printf(
-      "# client_latency: %zu ranks, %lld B float32 all_reduce (sum), "
-      "%d iters\n",
-      ranks.size(), static_cast<long long>(bytes), iters);
-  std::printf("%-44s %10s %10s\n", "# what", "p50 (us)", "p99 (us)");
-  Row("GetInfo on every rank (RPC + fan-out)", info_us);
-  if (bare_worker_us.empty()) {
-    std::printf("%-44s %10s %10s\n", "  bare gRPC to the workers", "failed",
-                "-");
-  } else {
-    Row("  bare gRPC to the workers (no library)", bare_worker_us);
-  }
-  for (size_t k = 0; k < kinds.size(); ++k) {
-    const std::string what =
-        (k == 0 ? "  bare gRPC peer: no-op servers, " : "    the same, ") +
-        kinds[k];
-    if (floor_us[k].empty()) {
-      std::printf("%-44s %10s %10s\n", what.c_str(), "failed", "-");
-    } else {
-      Row(what.c_str(), floor_us[k]);
-    }
-  }
-  if (stream_us.empty()) {
-    std::printf("%-44s %10s %10s\n", "    one message each way on a stream",
-                "failed", "-");
-  } else {
-    Row("    one message each way on a stream", stream_us);
-  }
-  Row("all_reduce, client-seen", streamed.op_us);
-  streamed.checked.Print("the agreement, hand-offs");
-  Row("all_reduce without the agreement check", streamed.unchecked_us);
-  streamed.without_agreement.Print("hand-offs");
-  Row("all_reduce, a unary Submit per op (as before)", unary.op_us);
-  unary.checked.Print("the agreement, hand-offs");
-  Row("  the same without the agreement check", unary.unchecked_us);
-  unary.without_agreement.Print("hand-offs");
-  Row(emulated ? "plan, per op (EMULATED: no SubmitPlan)"
-               : "plan of --plan ops, per op",
-      plan_us);
-  if (idle_gap_ms > 0) {
-    const std::string after =
-        " after " + std::to_string(idle_gap_ms) + " ms idle";
-    Row(("GetInfo" + after).c_str(), info_after_gap_us);
-    Row(("all_reduce" + after).c_str(), op_after_gap_us);
-    Row("  the same, the client spinning meanwhile", op_after_spin_us);
-  }
+  const Floors floors =
+      MeasureFloors(c, static_cast<int>(ranks.size()), args.iters);
+  PrintReport(args, ranks.size(), streamed, unary, floors, plan_us, emulated,
+              gaps);
   return 0;
 }
