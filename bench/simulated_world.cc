@@ -95,6 +95,142 @@ class Countdown {
   std::string error_;
 };
 
+// The rendezvous of rank `rank` of `n` through `stub`, as
+// NcclCommunicator::Create runs it through CoordinatorKvStore; `done` counts
+// it down (or fails) when its ids are known.
+void Rendezvous(v1::Coordinator::Stub* stub, int rank, int n,
+                int ranks_per_root, int64_t generation, size_t list_bytes,
+                const std::shared_ptr<Countdown>& done) {
+  const std::string prefix = "gen" + std::to_string(generation) + "/world";
+  const nccl::UniqueIdPlan plan = nccl::PlanUniqueIds(rank, n, ranks_per_root);
+  // `then` empty: nobody waits for this call but its error counts.
+  auto set = [stub, generation, done](std::string key, std::string value,
+                                      std::function<void()> then) {
+    auto* call = NewCall<v1::KvSetRequest, v1::KvSetResponse>(milliseconds(0));
+    call->request.set_generation(generation);
+    call->request.set_key(std::move(key));
+    call->request.set_value(std::move(value));
+    stub->async()->KvSet(&call->context, &call->request, &call->response,
+                         [call, then, done](grpc::Status s) {
+                           delete call;
+                           if (!s.ok() && !then)
+                             return done->Note(Describe("KvSet", s));
+                           if (!s.ok()) return done->Fail(Describe("KvSet", s));
+                           if (then) then();
+                         });
+  };
+  // Waits for `keys` and checks every value's size.
+  auto wait = [stub, generation, done](std::vector<std::string> keys,
+                                       size_t value_bytes,
+                                       std::function<void()> then) {
+    auto* call = NewCall<v1::KvWaitRequest, v1::KvWaitResponse>(kKvWait);
+    call->request.set_generation(generation);
+    for (auto& key : keys) call->request.add_keys(std::move(key));
+    call->request.set_timeout_ms(kKvWait.count());
+    call->request.set_include_values(true);
+    stub->async()->KvWait(
+        &call->context, &call->request, &call->response,
+        [call, value_bytes, then, done](grpc::Status s) {
+          if (s.ok() &&
+              call->response.values_size() != call->request.keys_size()) {
+            s = grpc::Status(grpc::StatusCode::INTERNAL, "values missing");
+          }
+          for (int i = 0; s.ok() && i < call->response.values_size(); ++i) {
+            if (call->response.values(i).size() != value_bytes) {
+              s = grpc::Status(grpc::StatusCode::INTERNAL, "wrong id size");
+            }
+          }
+          delete call;
+          if (!s.ok()) return done->Fail(Describe("KvWait", s));
+          then();
+        });
+  };
+  auto finished = [done] { done->Done(); };
+  if (plan.ids == 1) {
+    if (rank == 0) return set(nccl::UniqueIdKey(prefix), kIdHex, finished);
+    return wait({nccl::UniqueIdKey(prefix)}, kIdHex.size(), finished);
+  }
+  if (plan.posts) set(nccl::UniqueIdKey(prefix, plan.block), kIdHex, {});
+  if (plan.gathers) {
+    std::vector<std::string> keys;
+    for (int b = 0; b < plan.ids; ++b) {
+      keys.push_back(nccl::UniqueIdKey(prefix, b));
+    }
+    return wait(std::move(keys), kIdHex.size(), [=] {
+      set(nccl::UniqueIdListKey(prefix), IdList(plan.ids), finished);
+    });
+  }
+  wait({nccl::UniqueIdListKey(prefix)}, list_bytes, finished);
+}
+
+// A host agent's call: the workers first..first+count-1 in one
+// RegisterHost, each answered on the stream when it is ready.
+class HostCall final : public grpc::ClientReadReactor<v1::RegisterHostReply> {
+ public:
+  using Answer = std::function<void(int, const grpc::Status&,
+                                    const v1::RegisterResponse&)>;
+  HostCall(int first, Answer answer,
+           std::function<void(const std::string&)> note)
+      : first_(first), answer_(std::move(answer)), note_(std::move(note)) {
+    context.set_deadline(std::chrono::system_clock::now() + kRegisterWait +
+                         kRpcMargin);
+  }
+  void Start(v1::Coordinator::Stub* stub) {
+    answered_.assign(static_cast<size_t>(request.members_size()), false);
+    stub->async()->RegisterHost(&context, &request, this);
+    StartRead(&reply_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended: OnDone has its status
+    const int m = reply_.member();
+    if (m < 0 || m >= request.members_size() ||
+        answered_[static_cast<size_t>(m)]) {
+      error_ = "RegisterHost: a reply names no unanswered member";
+    } else {
+      answered_[static_cast<size_t>(m)] = true;
+      // The reply leaves out keys earlier replies carried; a host
+      // agent gives each worker the whole kv, as Register would.
+      auto& kv = *reply_.mutable_response()->mutable_kv();
+      for (const auto& [key, value] : kv) stream_kv_.emplace(key, value);
+      if (reply_.code() == 0) {
+        for (const auto& [key, value] : stream_kv_) kv.insert({key, value});
+      }
+      answer_(first_ + m,
+              grpc::Status(static_cast<grpc::StatusCode>(reply_.code()),
+                           reply_.message()),
+              reply_.response());
+    }
+    StartRead(&reply_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    if (!s.ok()) error_ = Describe("RegisterHost", s);
+    const grpc::Status unanswered(
+        grpc::StatusCode::INTERNAL,
+        error_.empty() ? "RegisterHost ended with a member unanswered"
+                       : error_);
+    for (size_t m = 0; m < answered_.size(); ++m) {
+      if (!answered_[m]) {
+        answer_(first_ + static_cast<int>(m), unanswered, {});
+      }
+    }
+    if (!error_.empty()) note_(error_);
+    delete this;
+  }
+
+  grpc::ClientContext context;
+  v1::RegisterHostRequest request;
+
+ private:
+  const int first_;
+  const Answer answer_;
+  const std::function<void(const std::string&)> note_;
+  v1::RegisterHostReply reply_;
+  std::vector<bool> answered_;
+  std::map<std::string, std::string> stream_kv_;
+  std::string error_;
+};
+
 }  // namespace
 
 SimulatedWorld::SimulatedWorld(const std::string& address, int channels) {
@@ -122,76 +258,11 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
   auto registered = std::make_shared<Countdown>(n);
   auto done = std::make_shared<Countdown>(n);
 
-  // The rendezvous of worker `w`, rank `rank`, as NcclCommunicator::Create
-  // runs it through CoordinatorKvStore.
   const size_t list_bytes =
       IdList(nccl::UniqueIdCount(n, ranks_per_root)).size();
   auto rendezvous = [this, n, ranks_per_root, done, list_bytes](
                         int w, int rank, int64_t generation) {
-    v1::Coordinator::Stub* stub = Stub(w);
-    const std::string prefix = "gen" + std::to_string(generation) + "/world";
-    const nccl::UniqueIdPlan plan =
-        nccl::PlanUniqueIds(rank, n, ranks_per_root);
-    // `then` empty: nobody waits for this call but its error counts.
-    auto set = [stub, generation, done](std::string key, std::string value,
-                                        std::function<void()> then) {
-      auto* call =
-          NewCall<v1::KvSetRequest, v1::KvSetResponse>(milliseconds(0));
-      call->request.set_generation(generation);
-      call->request.set_key(std::move(key));
-      call->request.set_value(std::move(value));
-      stub->async()->KvSet(&call->context, &call->request, &call->response,
-                           [call, then, done](grpc::Status s) {
-                             delete call;
-                             if (!s.ok() && !then)
-                               return done->Note(Describe("KvSet", s));
-                             if (!s.ok())
-                               return done->Fail(Describe("KvSet", s));
-                             if (then) then();
-                           });
-    };
-    // Waits for `keys` and checks every value's size.
-    auto wait = [stub, generation, done](std::vector<std::string> keys,
-                                         size_t value_bytes,
-                                         std::function<void()> then) {
-      auto* call = NewCall<v1::KvWaitRequest, v1::KvWaitResponse>(kKvWait);
-      call->request.set_generation(generation);
-      for (auto& key : keys) call->request.add_keys(std::move(key));
-      call->request.set_timeout_ms(kKvWait.count());
-      call->request.set_include_values(true);
-      stub->async()->KvWait(
-          &call->context, &call->request, &call->response,
-          [call, value_bytes, then, done](grpc::Status s) {
-            if (s.ok() &&
-                call->response.values_size() != call->request.keys_size()) {
-              s = grpc::Status(grpc::StatusCode::INTERNAL, "values missing");
-            }
-            for (int i = 0; s.ok() && i < call->response.values_size(); ++i) {
-              if (call->response.values(i).size() != value_bytes) {
-                s = grpc::Status(grpc::StatusCode::INTERNAL, "wrong id size");
-              }
-            }
-            delete call;
-            if (!s.ok()) return done->Fail(Describe("KvWait", s));
-            then();
-          });
-    };
-    auto finished = [done] { done->Done(); };
-    if (plan.ids == 1) {
-      if (rank == 0) return set(nccl::UniqueIdKey(prefix), kIdHex, finished);
-      return wait({nccl::UniqueIdKey(prefix)}, kIdHex.size(), finished);
-    }
-    if (plan.posts) set(nccl::UniqueIdKey(prefix, plan.block), kIdHex, {});
-    if (plan.gathers) {
-      std::vector<std::string> keys;
-      for (int b = 0; b < plan.ids; ++b) {
-        keys.push_back(nccl::UniqueIdKey(prefix, b));
-      }
-      return wait(std::move(keys), kIdHex.size(), [=] {
-        set(nccl::UniqueIdListKey(prefix), IdList(plan.ids), finished);
-      });
-    }
-    wait({nccl::UniqueIdListKey(prefix)}, list_bytes, finished);
+    Rendezvous(Stub(w), rank, n, ranks_per_root, generation, list_bytes, done);
   };
 
   std::mutex header_mutex;
@@ -256,74 +327,6 @@ FormedWorld SimulatedWorld::Form(int n, int ranks_per_root,
                                  });
     }
   } else {
-    // A host agent's call: the workers first..first+count-1 in one
-    // RegisterHost, each answered on the stream when it is ready.
-    class HostCall final
-        : public grpc::ClientReadReactor<v1::RegisterHostReply> {
-     public:
-      using Answer = std::function<void(int, const grpc::Status&,
-                                        const v1::RegisterResponse&)>;
-      HostCall(int first, Answer answer,
-               std::function<void(const std::string&)> note)
-          : first_(first), answer_(std::move(answer)), note_(std::move(note)) {
-        context.set_deadline(std::chrono::system_clock::now() + kRegisterWait +
-                             kRpcMargin);
-      }
-      void Start(v1::Coordinator::Stub* stub) {
-        answered_.assign(static_cast<size_t>(request.members_size()), false);
-        stub->async()->RegisterHost(&context, &request, this);
-        StartRead(&reply_);
-        StartCall();
-      }
-      void OnReadDone(bool ok) override {
-        if (!ok) return;  // the stream ended: OnDone has its status
-        const int m = reply_.member();
-        if (m < 0 || m >= request.members_size() ||
-            answered_[static_cast<size_t>(m)]) {
-          error_ = "RegisterHost: a reply names no unanswered member";
-        } else {
-          answered_[static_cast<size_t>(m)] = true;
-          // The reply leaves out keys earlier replies carried; a host
-          // agent gives each worker the whole kv, as Register would.
-          auto& kv = *reply_.mutable_response()->mutable_kv();
-          for (const auto& [key, value] : kv) stream_kv_.emplace(key, value);
-          if (reply_.code() == 0) {
-            for (const auto& [key, value] : stream_kv_) kv.insert({key, value});
-          }
-          answer_(first_ + m,
-                  grpc::Status(static_cast<grpc::StatusCode>(reply_.code()),
-                               reply_.message()),
-                  reply_.response());
-        }
-        StartRead(&reply_);
-      }
-      void OnDone(const grpc::Status& s) override {
-        if (!s.ok()) error_ = Describe("RegisterHost", s);
-        const grpc::Status unanswered(
-            grpc::StatusCode::INTERNAL,
-            error_.empty() ? "RegisterHost ended with a member unanswered"
-                           : error_);
-        for (size_t m = 0; m < answered_.size(); ++m) {
-          if (!answered_[m]) {
-            answer_(first_ + static_cast<int>(m), unanswered, {});
-          }
-        }
-        if (!error_.empty()) note_(error_);
-        delete this;
-      }
-
-      grpc::ClientContext context;
-      v1::RegisterHostRequest request;
-
-     private:
-      const int first_;
-      const Answer answer_;
-      const std::function<void(const std::string&)> note_;
-      v1::RegisterHostReply reply_;
-      std::vector<bool> answered_;
-      std::map<std::string, std::string> stream_kv_;
-      std::string error_;
-    };
     for (int first = 0; first < n; first += ranks_per_host) {
       auto* call =
           new HostCall(first, registered_as,
