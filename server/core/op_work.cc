@@ -13,11 +13,6 @@ OpWork::OpWork(int64_t id, OpSpec spec, BoundOp op,
       store_(store),
       tensors_(std::move(tensors)) {}
 
-void OpWork::MarkHeld() {
-  std::lock_guard<std::mutex> lock(tensors_mutex_);
-  held_ = true;
-}
-
 void OpWork::Start() {
   MarkRunning();
   std::vector<std::shared_ptr<Tensor>> tensors;

@@ -35,8 +35,6 @@ class OpWork final : public Work, public ExecutorTask {
     return op_.agreement == Agreement::kCheck;
   }
 
-  // Called by Submit once Hold succeeded, so Complete releases the hold.
-  void MarkHeld();
   // What the backend runs (dtype and count matter to the flight recorder).
   const BoundOp& bound() const { return op_; }
 
@@ -54,7 +52,11 @@ class OpWork final : public Work, public ExecutorTask {
 
   std::mutex tensors_mutex_;
   std::vector<std::shared_ptr<Tensor>> tensors_;
-  bool held_ = false;
+  // The core holds the tensors before the work can start or be withdrawn
+  // (WorkerCoreImpl::Admit), and drops a work whose hold it was refused
+  // unseen; false once released, so a withdrawn work's Complete releases
+  // nothing twice.
+  bool held_ = true;
 };
 
 // What a rank runs at the seqs of a request it refused (RefusalStandIns):

@@ -194,22 +194,21 @@ class WorkerCoreImpl final : public WorkerCore {
       return RefuseInStep(*executor, normalized, 1, {normalized},
                           resolved.status());
     }
-    const int64_t id = next_work_id_.fetch_add(1);
-    auto work = std::make_shared<OpWork>(id, normalized, resolved->op,
-                                         resolved->tensors, &store_);
-    if (absl::Status s = store_.Hold(resolved->tensors, id, work->Describe());
-        !s.ok()) {
-      return RefuseInStep(*executor, normalized, 1, {normalized}, s);
-    }
-    work->MarkHeld();
+    auto work =
+        std::make_shared<OpWork>(next_work_id_.fetch_add(1), normalized,
+                                 resolved->op, resolved->tensors, &store_);
     FlightEntry entry{normalized, resolved->op.dtype, resolved->op.count, work};
-    if (absl::Status s = executor->Enqueue(work); !s.ok()) {
-      store_.Release(resolved->tensors, id);
-      entry.refused = s;
-      flight_.Record(std::move(entry));
-      return s;
-    }
-    Accepted(work, std::move(entry));
+    CCL_RETURN_IF_ERROR(Admit(
+        *executor, work, resolved->tensors, work->Describe(),
+        [&](absl::Status why) {
+          return RefuseInStep(*executor, normalized, 1, {normalized},
+                              std::move(why));
+        },
+        [&](absl::Status queued) {
+          if (queued.ok()) return Accepted(work, std::move(entry));
+          entry.refused = std::move(queued);
+          flight_.Record(std::move(entry));
+        }));
     return std::shared_ptr<Work>(work);
   }
 
@@ -258,19 +257,19 @@ class WorkerCoreImpl final : public WorkerCore {
       }
       ops.push_back(resolved->op);
     }
-    const int64_t id = next_work_id_.fetch_add(1);
-    auto work =
-        std::make_shared<PlanWork>(id, whole, std::move(specs), std::move(ops),
-                                   plan.aggregate, tensors, &store_);
-    if (absl::Status s = store_.Hold(tensors, id, work->Describe()); !s.ok()) {
-      return RefuseInStep(*executor, whole, count, work->op_specs(), s);
-    }
-    if (absl::Status s = executor->Enqueue(work); !s.ok()) {
-      store_.Release(tensors, id);
-      flight_.RecordPlan(work, s);
-      return s;
-    }
-    AcceptedPlan(work);
+    auto work = std::make_shared<PlanWork>(next_work_id_.fetch_add(1), whole,
+                                           std::move(specs), std::move(ops),
+                                           plan.aggregate, tensors, &store_);
+    CCL_RETURN_IF_ERROR(Admit(
+        *executor, work, tensors, work->Describe(),
+        [&](absl::Status why) {
+          return RefuseInStep(*executor, whole, count, work->op_specs(),
+                              std::move(why));
+        },
+        [&](const absl::Status& queued) {
+          if (queued.ok()) return AcceptedPlan(work);
+          flight_.RecordPlan(work, queued);
+        }));
     return work;
   }
 
@@ -299,22 +298,17 @@ class WorkerCoreImpl final : public WorkerCore {
     auto resolved = Resolve(normalized, executor->communicator(), store_,
                             config_.default_op_timeout);
     if (!resolved.ok()) return refuse_in_step(resolved.status());
-    const int64_t id = next_work_id_.fetch_add(1);
     auto work = std::make_shared<BenchWork>(
-        id, normalized, resolved->op, resolved->tensors, options, &store_);
-    if (absl::Status s = store_.Hold(
-            resolved->tensors, id, absl::StrCat("bench of ", work->Describe()));
-        !s.ok()) {
-      return refuse_in_step(s);
-    }
+        next_work_id_.fetch_add(1), normalized, resolved->op, resolved->tensors,
+        options, &store_);
+    // A bench is no op of the group's: no async handle, no ops-done record.
     FlightEntry entry{normalized, resolved->op.dtype, resolved->op.count, work};
-    if (absl::Status s = executor->Enqueue(work); !s.ok()) {
-      store_.Release(resolved->tensors, id);
-      entry.refused = s;
-      flight_.Record(std::move(entry));
-      return s;
-    }
-    flight_.Record(std::move(entry));
+    CCL_RETURN_IF_ERROR(Admit(*executor, work, resolved->tensors,
+                              absl::StrCat("bench of ", work->Describe()),
+                              refuse_in_step, [&](absl::Status queued) {
+                                entry.refused = std::move(queued);
+                                flight_.Record(std::move(entry));
+                              }));
     return work;
   }
 
@@ -651,6 +645,29 @@ class WorkerCoreImpl final : public WorkerCore {
 
   // Bookkeeping of an accepted op: the flight recorder, the async table, and
   // the completion callback (metrics).
+  // The one way in for every kind of work, once resolved: its tensors are
+  // held for it, then it is queued. A hold refused goes to `refuse_held`
+  // (the caller stands in for the work in its step, as for a resolve
+  // refused); a queue refused releases the tensors again. `record` hears
+  // the queue's answer either way (OK: accepted), so the flight recorder
+  // sees every work that got this far once.
+  template <typename WorkTask>  // a Work and an ExecutorTask
+  absl::Status Admit(
+      Executor& executor, const std::shared_ptr<WorkTask>& work,
+      const std::vector<std::shared_ptr<Tensor>>& tensors,
+      const std::string& holder,
+      const std::function<absl::Status(absl::Status)>& refuse_held,
+      const std::function<void(absl::Status)>& record) {
+    if (absl::Status held = store_.Hold(tensors, work->id(), holder);
+        !held.ok()) {
+      return refuse_held(std::move(held));
+    }
+    absl::Status queued = executor.Enqueue(work);
+    if (!queued.ok()) store_.Release(tensors, work->id());
+    record(queued);
+    return queued;
+  }
+
   void Accepted(const std::shared_ptr<Work>& work, FlightEntry entry) {
     if (work->spec().async) Remember(work);
     if (config_.on_ops_done) {
