@@ -17,6 +17,9 @@ import subprocess
 import threading
 import time
 
+# LocalCluster's daemon helpers: ccl is on PYTHONPATH here, as for workload.py.
+from ccl.cluster import (DaemonExited, read_log_tail, wait_or_kill,
+                         wait_port_file)
 import history
 
 _PR_SET_PDEATHSIG = 1
@@ -97,22 +100,15 @@ class Proc:
 
     def wait_port(self, timeout=60.0):
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with open(self.port_file) as f:
-                    text = f.read().strip()
-                if text.isdigit() and int(text) > 0:
-                    return int(text)
-            except OSError:
-                pass
-            if self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited "
-                                   f"({self.popen.returncode}) before "
-                                   f"writing its port:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} wrote no port in {timeout} s"
-                                   f":\n{self.log_tail()}")
-            time.sleep(0.02)
+        try:
+            return wait_port_file(self.port_file, self.popen, deadline)
+        except DaemonExited as e:
+            raise RuntimeError(f"{self.name} exited ({e.returncode}) "
+                               f"before writing its port:"
+                               f"\n{self.log_tail()}") from None
+        except TimeoutError:
+            raise RuntimeError(f"{self.name} wrote no port in {timeout} s"
+                               f":\n{self.log_tail()}") from None
 
     def signal(self, sig, why):
         """Sends `sig`; a SIGKILL/SIGTERM makes the exit an expected one."""
@@ -166,11 +162,7 @@ class Proc:
         return rss_kib(self.pid) if self.alive() else None
 
     def log_tail(self, chars=6000):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")[-chars:]
-        except OSError:
-            return ""
+        return read_log_tail(self.log_path, chars)
 
     def terminate(self, grace=10.0):
         with self._lock:
@@ -180,8 +172,4 @@ class Proc:
             if self.stopped:
                 self.popen.send_signal(signal.SIGCONT)
             self.popen.terminate()
-        try:
-            self.popen.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        wait_or_kill(self.popen, grace)

@@ -27,25 +27,33 @@ def _factor_one(n):
     return 1.0
 
 
-# name: (kind, bus factor, (input, output) elements for `count` elements of
-# the large buffer on n ranks); one table with client/ccctl/bench_ops.cc.
+# (input, output) elements for `count` elements of the large buffer on n
+# ranks: bench_ops.cc's Same, Grow and Shrink.
+def _same(count, n):
+    return count, count
+
+
+def _grow(count, n):
+    return count // n, count
+
+
+def _shrink(count, n):
+    return count, count // n
+
+
+# name: (kind, bus factor, buffer elements); one table with
+# client/ccctl/bench_ops.cc.
 _OPS = {
-    "all_reduce": (worker_pb2.OP_KIND_ALL_REDUCE, _factor_all_reduce,
-                   lambda c, n: (c, c)),
-    "all_gather": (worker_pb2.OP_KIND_ALL_GATHER, _factor_gather,
-                   lambda c, n: (c // n, c)),
+    "all_reduce": (worker_pb2.OP_KIND_ALL_REDUCE, _factor_all_reduce, _same),
+    "all_gather": (worker_pb2.OP_KIND_ALL_GATHER, _factor_gather, _grow),
     "reduce_scatter": (worker_pb2.OP_KIND_REDUCE_SCATTER, _factor_gather,
-                       lambda c, n: (c, c // n)),
-    "broadcast": (worker_pb2.OP_KIND_BROADCAST, _factor_one,
-                  lambda c, n: (c, c)),
-    "reduce": (worker_pb2.OP_KIND_REDUCE, _factor_one, lambda c, n: (c, c)),
-    "alltoall": (worker_pb2.OP_KIND_ALL_TO_ALL, _factor_gather,
-                 lambda c, n: (c, c)),
-    "gather": (worker_pb2.OP_KIND_GATHER, _factor_gather,
-               lambda c, n: (c // n, c)),
-    "scatter": (worker_pb2.OP_KIND_SCATTER, _factor_gather,
-                lambda c, n: (c, c // n)),
-    "sendrecv": (worker_pb2.OP_KIND_SEND, _factor_one, lambda c, n: (c, c)),
+                       _shrink),
+    "broadcast": (worker_pb2.OP_KIND_BROADCAST, _factor_one, _same),
+    "reduce": (worker_pb2.OP_KIND_REDUCE, _factor_one, _same),
+    "alltoall": (worker_pb2.OP_KIND_ALL_TO_ALL, _factor_gather, _same),
+    "gather": (worker_pb2.OP_KIND_GATHER, _factor_gather, _grow),
+    "scatter": (worker_pb2.OP_KIND_SCATTER, _factor_gather, _shrink),
+    "sendrecv": (worker_pb2.OP_KIND_SEND, _factor_one, _same),
 }
 _ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather",
             "reducescatter": "reduce_scatter", "all_to_all": "alltoall"}

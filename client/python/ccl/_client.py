@@ -620,10 +620,7 @@ class Client:
                async_op=False, *, timeout=None):
         """Every rank's `tensor` (n) into `gather_list` on world rank `dst`:
         one tensor of group size x n that need only exist on dst."""
-        if gather_list is None:
-            raise invalid("gather needs gather_list: one tensor of group size "
-                          "x n elements on dst")
-        _no_list(gather_list, "gather", "gather_list")
+        _check_rooted_list(gather_list, "gather", "gather_list", "dst")
         return self._op(worker_pb2.OP_KIND_GATHER, "gather", group,
                         input=tensor, output=gather_list, root=dst,
                         async_op=async_op, timeout=timeout)
@@ -632,10 +629,7 @@ class Client:
                 async_op=False, *, timeout=None):
         """Chunk r of `scatter_list` (one tensor of group size x n, needed
         only on world rank `src`) into rank r's `tensor` (n)."""
-        if scatter_list is None:
-            raise invalid("scatter needs scatter_list: one tensor of group "
-                          "size x n elements on src")
-        _no_list(scatter_list, "scatter", "scatter_list")
+        _check_rooted_list(scatter_list, "scatter", "scatter_list", "src")
         return self._op(worker_pb2.OP_KIND_SCATTER, "scatter", group,
                         input=scatter_list, output=tensor, root=src,
                         async_op=async_op, timeout=timeout)
@@ -783,6 +777,16 @@ def _no_list(value, op, what):
         raise TypeError(
             f"{op}: {what} is one tensor of group size x n elements here, "
             f"not a list (torch's *_into_tensor form)")
+
+
+def _check_rooted_list(value, op, what, root):
+    """gather's gather_list and scatter's scatter_list: torch's signatures
+    default them to None (a list needed on the root only), but here the
+    argument is required, as one tensor of group size x n elements."""
+    if value is None:
+        raise invalid(f"{op} needs {what}: one tensor of group size x n "
+                      f"elements on {root}")
+    _no_list(value, op, what)
 
 
 def _copy(message):

@@ -59,6 +59,59 @@ def _spawn_options(argv):
     return argv, {"preexec_fn": _die_with_parent}
 
 
+# The daemon plumbing below is shared with the chaos harness
+# (tests/chaos/procs.py), whose processes differ otherwise (restarts,
+# namespaces, signals) and which words its own errors.
+
+
+class DaemonExited(Exception):
+    """wait_port_file: the daemon exited before it wrote its port."""
+
+    def __init__(self, returncode):
+        super().__init__(f"exited ({returncode}) before writing its port")
+        self.returncode = returncode
+
+
+def wait_port_file(path, popen, deadline):
+    """The port the daemon `popen` writes to its --port-file `path`, read
+    once it is there. Raises DaemonExited if the daemon exits first, and
+    TimeoutError once time.monotonic() passes `deadline`: neutral errors,
+    which each caller turns into its own with the daemon's log."""
+    while True:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+            if text.isdigit() and int(text) > 0:
+                return int(text)
+        except OSError:
+            pass
+        if popen.poll() is not None:
+            raise DaemonExited(popen.returncode)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no port in {path}")
+        time.sleep(0.02)
+
+
+def read_log_tail(path, chars):
+    """The last `chars` characters of the log at `path`; "" where it cannot
+    be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def wait_or_kill(popen, grace):
+    """Gives a process sent SIGTERM `grace` seconds to exit, then SIGKILL;
+    it is reaped either way."""
+    try:
+        popen.wait(grace)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
 class _Process:
     def __init__(self, name, argv, directory, env=None):
         self.name = name
@@ -71,39 +124,24 @@ class _Process:
             stdin=subprocess.DEVNULL, env=env, **options)
 
     def wait_port(self, deadline):
-        while True:
-            try:
-                with open(self.port_file) as f:
-                    text = f.read().strip()
-                if text.isdigit() and int(text) > 0:
-                    return int(text)
-            except OSError:
-                pass
-            if self.popen.poll() is not None:
-                raise CclError(grpc.StatusCode.UNAVAILABLE,
-                               f"{self.name} exited ({self.popen.returncode}) "
-                               f"before writing its port; log:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise CclError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                               f"{self.name} wrote no port file in time; log:"
-                               f"\n{self.log()}")
-            time.sleep(0.02)
+        try:
+            return wait_port_file(self.port_file, self.popen, deadline)
+        except DaemonExited as e:
+            raise CclError(grpc.StatusCode.UNAVAILABLE,
+                           f"{self.name} exited ({e.returncode}) before "
+                           f"writing its port; log:\n{self.log()}") from None
+        except TimeoutError:
+            raise CclError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                           f"{self.name} wrote no port file in time; log:"
+                           f"\n{self.log()}") from None
 
     def log(self, tail=4000):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode(errors="replace")[-tail:]
-        except OSError:
-            return ""
+        return read_log_tail(self.log_path, tail)
 
     def stop(self, grace=5.0):
         if self.popen.poll() is None:
             self.popen.terminate()
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+            wait_or_kill(self.popen, grace)
         self._log.close()
 
     def kill(self):

@@ -55,22 +55,24 @@ class _ClusterGuard:
         self.cluster.stop(keep_logs=failed)
 
 
-@pytest.fixture(scope="module")
-def cluster(request):
-    """One cluster for a test module; tests leave it as they found it."""
+def _guarded_cluster(request):
+    """The body of the cluster fixtures, which differ only in scope."""
     c = start_cluster()
     guard = _ClusterGuard(request, c)
     yield c
     guard.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    """One cluster for a test module; tests leave it as they found it."""
+    yield from _guarded_cluster(request)
 
 
 @pytest.fixture
 def fresh_cluster(request):
     """A cluster of its own, for a test that breaks the world."""
-    c = start_cluster()
-    guard = _ClusterGuard(request, c)
-    yield c
-    guard.close()
+    yield from _guarded_cluster(request)
 
 
 @pytest.fixture
