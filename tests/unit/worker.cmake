@@ -18,3 +18,7 @@ ccl_gtest(reduce_kernels_unit_tests SOURCES reduce_kernels_test.cc
 # The one judgement of every agreement (ops, Gloo's own check, benches).
 ccl_gtest(agreement_judge_unit_tests SOURCES agreement_judge_test.cc
   LIBS ccl_comm LABELS unit TIMEOUT 60)
+# The membership machine (register, heartbeat loss, re-form, coordinator
+# restart, drain) against a fake coordinator and worker.
+ccl_gtest(membership_unit_tests SOURCES membership_test.cc
+  LIBS ccl_worker_core LABELS unit TIMEOUT 60)
