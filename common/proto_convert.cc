@@ -153,4 +153,34 @@ v1::WorkState ToProto(WorkState state) {
   return v1::WORK_STATE_UNSPECIFIED;
 }
 
+HeartbeatRequest FromProto(const v1::HeartbeatRequest& request) {
+  HeartbeatRequest native;
+  native.rank = request.rank();
+  native.generation = request.generation();
+  native.worker_id = request.worker_id();
+  native.tensor_count = request.tensor_count();
+  native.tensor_bytes = request.tensor_bytes();
+  native.reform_reason = request.reform_reason();
+  native.seal_reason = request.seal_reason();
+  native.secret = request.worker_secret();
+  native.finished_below.insert(request.finished_below().begin(),
+                               request.finished_below().end());
+  return native;
+}
+
+v1::HeartbeatRequest ToProto(const HeartbeatRequest& request) {
+  v1::HeartbeatRequest wire;
+  wire.set_rank(request.rank);
+  wire.set_generation(request.generation);
+  wire.set_worker_id(request.worker_id);
+  wire.set_tensor_count(request.tensor_count);
+  wire.set_tensor_bytes(request.tensor_bytes);
+  wire.set_reform_reason(request.reform_reason);
+  wire.set_seal_reason(request.seal_reason);
+  wire.set_worker_secret(request.secret);
+  wire.mutable_finished_below()->insert(request.finished_below.begin(),
+                                        request.finished_below.end());
+  return wire;
+}
+
 }  // namespace ccl

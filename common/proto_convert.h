@@ -6,6 +6,7 @@
 #include "ccl/v1/common.pb.h"
 #include "ccl/v1/coordinator.pb.h"
 #include "ccl/v1/worker.pb.h"
+#include "common/membership_types.h"
 #include "common/types.h"
 
 namespace ccl {
@@ -30,5 +31,9 @@ WorldState FromProto(v1::WorldState state);
 v1::WorldState ToProto(WorldState state);
 WorkState FromProto(v1::WorkState state);
 v1::WorkState ToProto(WorkState state);
+
+// A heartbeat: the worker sends it, the coordinator reads it.
+HeartbeatRequest FromProto(const v1::HeartbeatRequest& request);
+v1::HeartbeatRequest ToProto(const HeartbeatRequest& request);
 
 }  // namespace ccl

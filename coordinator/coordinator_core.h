@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/membership_types.h"
 #include "common/timer_queue.h"
 #include "common/types.h"
 #include "coordinator/heartbeat_policy.h"
@@ -166,25 +167,8 @@ struct RegisterResult {
   std::vector<std::pair<std::string, std::shared_ptr<const std::string>>> kv;
 };
 
-struct HeartbeatRequest {
-  int rank = 0;
-  int64_t generation = 0;
-  std::string worker_id;
-  int64_t tensor_count = 0;
-  int64_t tensor_bytes = 0;
-  // Non-empty: the worker's world communicator is broken; asks for a new
-  // generation (granted when every member is ready).
-  std::string reform_reason;
-  // RegisterResult::secret.
-  std::string secret;
-  // Per group the worker is a member of in `generation`: every op below
-  // this seq has ended there (HeartbeatRequest.finished_below); published
-  // as the generation's ProgressKey.
-  std::map<std::string, int64_t> finished_below;
-  // Non-empty: a communicator of the worker broke just now; the generation
-  // takes no new ops (HeartbeatRequest.seal_reason). reform_reason follows.
-  std::string seal_reason;
-};
+// One heartbeat, as the worker sends it (common/membership_types.h).
+using ::ccl::HeartbeatRequest;
 
 struct HeartbeatResult {
   int64_t generation = 0;

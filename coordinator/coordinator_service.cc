@@ -73,21 +73,6 @@ absl::StatusOr<RegisterRequest> RegisterFromProto(
   return native;
 }
 
-HeartbeatRequest HeartbeatFromProto(const v1::HeartbeatRequest& request) {
-  HeartbeatRequest native;
-  native.rank = request.rank();
-  native.generation = request.generation();
-  native.worker_id = request.worker_id();
-  native.tensor_count = request.tensor_count();
-  native.tensor_bytes = request.tensor_bytes();
-  native.reform_reason = request.reform_reason();
-  native.seal_reason = request.seal_reason();
-  native.secret = request.worker_secret();
-  native.finished_below.insert(request.finished_below().begin(),
-                               request.finished_below().end());
-  return native;
-}
-
 namespace {
 
 v1::World ToProtoHeader(const WorldInfo& world) {
@@ -333,7 +318,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     return FinishNow(context, valid);
   }
   absl::StatusOr<HeartbeatResult> r =
-      core_.Heartbeat(HeartbeatFromProto(*request));
+      core_.Heartbeat(::ccl::FromProto(*request));
   if (r.ok()) {
     response->set_generation(r->generation);
     response->set_world_state(ToProto(r->world_state));

@@ -105,10 +105,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
 v1::World ToProto(const WorldInfo& world);
 
-// The core's requests from validated protos (ValidateRequest passed); the
-// adapter's conversions, shared with the fuzz target.
+// The core's registration from a validated proto (ValidateRequest passed);
+// the adapter's conversion, shared with the fuzz target. Heartbeats convert
+// in common/proto_convert.h, where the worker's go the other way.
 absl::StatusOr<RegisterRequest> RegisterFromProto(
     const v1::RegisterRequest& request, const CoordinatorLimits& limits);
-HeartbeatRequest HeartbeatFromProto(const v1::HeartbeatRequest& request);
 
 }  // namespace ccl::coordinator

@@ -76,7 +76,8 @@ COMMON_LOGIC = ["common/types.", "common/dtype.h", "common/element.",
                 "common/timer_queue.", "common/metrics.", "common/logging.",
                 "common/hostname_rank.", "common/process_safety.",
                 "common/status_macros.h", "common/daemon_flags.",
-                "common/unique_id_plan.h", "common/world_keys.h"]
+                "common/unique_id_plan.h", "common/world_keys.h",
+                "common/membership_types.h"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
 SOURCES = (".h", ".cc", ".cu")

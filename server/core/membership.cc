@@ -220,8 +220,8 @@ absl::Status Membership::Rejoin(bool first, Clock::time_point give_up,
   return absl::OkStatus();
 }
 
-HeartbeatAsk Membership::NextBeat(bool report_broken) {
-  HeartbeatAsk beat;
+HeartbeatRequest Membership::NextBeat(bool report_broken) {
+  HeartbeatRequest beat;
   beat.rank = registered_rank_;
   beat.generation = registered_generation_;
   beat.tensor_count = worker_.TensorCount();
@@ -255,7 +255,7 @@ HeartbeatAsk Membership::NextBeat(bool report_broken) {
 }
 
 Membership::Beat Membership::Heard(
-    const HeartbeatAsk& beat,
+    const HeartbeatRequest& beat,
     const absl::StatusOr<int64_t>& coordinator_generation) {
   if (coordinator_generation.ok()) {
     if (options_.on_heartbeat) options_.on_heartbeat();
@@ -283,14 +283,14 @@ Membership::Beat Membership::Heard(
   }
 }
 
-std::optional<HeartbeatAsk> Membership::SealBeat(int64_t generation,
-                                                 const absl::Status& cause) {
+std::optional<HeartbeatRequest> Membership::SealBeat(
+    int64_t generation, const absl::Status& cause) {
   // An executor of a generation this worker has left has nothing to end.
   if (generation != registered_generation_ ||
       sealed_generation_.exchange(generation) == generation) {
     return std::nullopt;
   }
-  HeartbeatAsk beat;
+  HeartbeatRequest beat;
   beat.rank = registered_rank_;
   beat.generation = generation;
   beat.tensor_count = last_tensor_count_;
@@ -301,7 +301,7 @@ std::optional<HeartbeatAsk> Membership::SealBeat(int64_t generation,
 }
 
 void Membership::Seal(int64_t generation, const absl::Status& cause) {
-  const std::optional<HeartbeatAsk> beat = SealBeat(generation, cause);
+  const std::optional<HeartbeatRequest> beat = SealBeat(generation, cause);
   if (!beat) return;
   const auto started = Clock::now();
   absl::StatusOr<int64_t> reply = coordinator_.Heartbeat(*beat, kSealTimeout);
@@ -362,7 +362,7 @@ void Membership::HeartbeatLoop(std::chrono::milliseconds first_beat) {
     }
     const BeatPlan plan = PlanBeat(Clock::now());
     if (!plan.beat) continue;
-    const HeartbeatAsk ask = NextBeat(plan.report_broken);
+    const HeartbeatRequest ask = NextBeat(plan.report_broken);
     const Beat beat = Heard(ask, coordinator_.Heartbeat(ask, std::nullopt));
     if (beat == Beat::kUnreachable && !unreachable) {
       // Communicators do not need the coordinator; keep serving and keep

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/membership_types.h"
 #include "server/core/types.h"
 #include "server/core/worker_core.h"
 
@@ -64,19 +65,6 @@ struct Registration {
   bool peer_addresses_published = false;
 };
 
-// One heartbeat (or a seal: a beat with a seal reason).
-struct HeartbeatAsk {
-  int rank = -1;
-  int64_t generation = 0;
-  std::string secret;
-  int64_t tensor_count = 0;
-  int64_t tensor_bytes = 0;
-  std::string reform_reason;
-  std::string seal_reason;
-  // How far each group this rank is a member of got.
-  std::map<std::string, int64_t> finished_below;
-};
-
 // The coordinator, as membership calls it. Errors carry the coordinator's
 // canonical codes.
 class MembershipPort {
@@ -86,7 +74,7 @@ class MembershipPort {
   // The coordinator's current generation. `timeout`, when set, bounds the
   // call instead of the port's own.
   virtual absl::StatusOr<int64_t> Heartbeat(
-      const HeartbeatAsk& beat,
+      const HeartbeatRequest& beat,
       std::optional<std::chrono::milliseconds> timeout) = 0;
   virtual absl::Status Deregister(int rank, int64_t generation,
                                   const std::string& secret) = 0;
@@ -181,14 +169,14 @@ class Membership {
   // ops are diagnosed (bounded by kSettleBound); otherwise every interval.
   BeatPlan PlanBeat(Clock::time_point now);
   // The beat to send.
-  HeartbeatAsk NextBeat(bool report_broken);
+  HeartbeatRequest NextBeat(bool report_broken);
   // What the coordinator's answer (its generation, or an error) means.
-  Beat Heard(const HeartbeatAsk& beat,
+  Beat Heard(const HeartbeatRequest& beat,
              const absl::StatusOr<int64_t>& coordinator_generation);
   // The seal to send for a break in `generation`; empty when that
   // generation was left or is already sealed.
-  std::optional<HeartbeatAsk> SealBeat(int64_t generation,
-                                       const absl::Status& cause);
+  std::optional<HeartbeatRequest> SealBeat(int64_t generation,
+                                           const absl::Status& cause);
 
   std::chrono::milliseconds heartbeat_interval() const {
     return heartbeat_interval_;

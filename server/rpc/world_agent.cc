@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_convert.h"
 #include "server/core/arrival_check.h"
 #include "server/rpc/coordinator_kv_store.h"
 #include "spdlog/spdlog.h"
@@ -81,19 +82,10 @@ class WorldAgent::Port final : public MembershipPort {
   }
 
   absl::StatusOr<int64_t> Heartbeat(
-      const HeartbeatAsk& ask,
+      const HeartbeatRequest& ask,
       std::optional<std::chrono::milliseconds> timeout) override {
-    v1::HeartbeatRequest beat;
-    beat.set_rank(ask.rank);
-    beat.set_generation(ask.generation);
+    v1::HeartbeatRequest beat = ToProto(ask);
     beat.set_worker_id(options_.registration.worker_id());
-    beat.set_tensor_count(ask.tensor_count);
-    beat.set_tensor_bytes(ask.tensor_bytes);
-    beat.set_worker_secret(ask.secret);
-    beat.set_reform_reason(ask.reform_reason);
-    beat.set_seal_reason(ask.seal_reason);
-    beat.mutable_finished_below()->insert(ask.finished_below.begin(),
-                                          ask.finished_below.end());
     absl::StatusOr<v1::HeartbeatResponse> reply =
         coordinator_.Heartbeat(beat, timeout);
     if (!reply.ok()) return reply.status();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/proto_convert.h"
 #include "coordinator/coordinator_core.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/request_limits.h"
@@ -76,7 +77,7 @@ class Harness {
       case 1:
         Handle<v1::HeartbeatRequest>(bytes, [&](const auto& r) {
           if (ValidateRequest(r, limits_).ok()) {
-            (void)core_->Heartbeat(HeartbeatFromProto(r));
+            (void)core_->Heartbeat(::ccl::FromProto(r));
           }
         });
         break;

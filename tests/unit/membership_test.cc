@@ -91,7 +91,13 @@ class FakeCoordinator final : public MembershipPort {
   // Answers to Heartbeat, in order; then the registered generation.
   void AnswerHeartbeat(std::deque<absl::StatusOr<int64_t>> answers) {
     std::lock_guard<std::mutex> lock(mutex_);
-    beat_answers_ = std::move(answers);
+    // Kept apart: GCC 12 takes a copied StatusOr<int64_t> of an error for
+    // one with an uninitialised value (-Wmaybe-uninitialized).
+    for (const auto& answer : answers) {
+      beat_answers_.push_back(answer.ok()
+                                  ? BeatAnswer{absl::OkStatus(), *answer}
+                                  : BeatAnswer{answer.status(), 0});
+    }
   }
 
   absl::StatusOr<Registration> Register(const RegisterAsk& ask) override {
@@ -103,15 +109,16 @@ class FakeCoordinator final : public MembershipPort {
     if (answer.ok()) generation_ = answer->generation;
     return answer;
   }
-  absl::StatusOr<int64_t> Heartbeat(const HeartbeatAsk& beat,
+  absl::StatusOr<int64_t> Heartbeat(const HeartbeatRequest& beat,
                                     std::optional<milliseconds>) override {
     std::lock_guard<std::mutex> lock(mutex_);
     beats_.push_back(beat);
     changed_.notify_all();
     if (beat_answers_.empty()) return generation_;
-    absl::StatusOr<int64_t> answer = beat_answers_.front();
+    const BeatAnswer answer = beat_answers_.front();
     beat_answers_.pop_front();
-    return answer;
+    if (!answer.error.ok()) return answer.error;
+    return answer.generation;
   }
   absl::Status Deregister(int rank, int64_t generation,
                           const std::string& secret) override {
@@ -128,7 +135,7 @@ class FakeCoordinator final : public MembershipPort {
                              [&] { return asks_.size() >= asks; });
   }
   // Waits (bounded) for a heartbeat that `matches`.
-  bool AwaitBeat(const std::function<bool(const HeartbeatAsk&)>& matches) {
+  bool AwaitBeat(const std::function<bool(const HeartbeatRequest&)>& matches) {
     std::unique_lock<std::mutex> lock(mutex_);
     return changed_.wait_for(lock, std::chrono::seconds(20), [&] {
       return std::any_of(beats_.begin(), beats_.end(), matches);
@@ -147,10 +154,14 @@ class FakeCoordinator final : public MembershipPort {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<absl::StatusOr<Registration>> register_answers_;
-  std::deque<absl::StatusOr<int64_t>> beat_answers_;
+  struct BeatAnswer {
+    absl::Status error;
+    int64_t generation = 0;
+  };
+  std::deque<BeatAnswer> beat_answers_;
   int64_t generation_ = 0;
   std::vector<RegisterAsk> asks_;
-  std::vector<HeartbeatAsk> beats_;
+  std::vector<HeartbeatRequest> beats_;
   std::tuple<int, int64_t, std::string> left_{-1, -1, ""};
 };
 
@@ -213,7 +224,7 @@ TEST_F(MembershipTest, FirstJoinRegistersAndBuildsTheWorld) {
   EXPECT_FALSE(first.requested_rank.has_value());
   EXPECT_FALSE(first.resume_generation.has_value());
   // Heartbeats carry what the coordinator said, with its secret.
-  const HeartbeatAsk beat = membership.NextBeat(/*report_broken=*/true);
+  const HeartbeatRequest beat = membership.NextBeat(/*report_broken=*/true);
   EXPECT_EQ(beat.rank, 2);
   EXPECT_EQ(beat.generation, 1);
   EXPECT_EQ(beat.secret, "s1");
@@ -266,7 +277,7 @@ TEST_F(MembershipTest, ARefusedRegistrationEndsTheJoinWithItsReason) {
 TEST_F(MembershipTest, WhatAHeartbeatAnswerMeans) {
   Membership membership(worker_, coordinator_, Options());
   membership.Registered(RegistrationOf(1, 5, 2), /*first=*/true);
-  const HeartbeatAsk beat = membership.NextBeat(true);
+  const HeartbeatRequest beat = membership.NextBeat(true);
   using Beat = Membership::Beat;
   EXPECT_EQ(membership.Heard(beat, int64_t{5}), Beat::kOk);
   // The world moved on without this worker.
@@ -367,7 +378,7 @@ TEST_F(MembershipTest, AWorldThatFailedToFormAsksForTheNextGeneration) {
       "building the communicators of generation 4 failed: rendezvous timed "
       "out";
   EXPECT_TRUE(coordinator_.AwaitBeat(
-      [&](const HeartbeatAsk& beat) { return beat.reform_reason == why; }));
+      [&](const HeartbeatRequest& beat) { return beat.reform_reason == why; }));
 }
 
 TEST_F(MembershipTest, AReformReasonIsCutToWhatTheCoordinatorTakes) {
