@@ -71,4 +71,10 @@ absl::Status WritePortFile(const DaemonFlags& flags, int port) {
   return absl::OkStatus();
 }
 
+int UsageError(const std::string& process, const absl::Status& why) {
+  std::fprintf(stderr, "%s: %s\n", process.c_str(),
+               std::string(why.message()).c_str());
+  return kUsageExitCode;
+}
+
 }  // namespace ccl

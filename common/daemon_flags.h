@@ -35,6 +35,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetrics(
     const DaemonFlags& flags, MetricsRegistry* registry,
     const std::string& process);
 
+// A daemon's exit status for a command line it cannot run with.
+inline constexpr int kUsageExitCode = 2;
+// Prints "`process`: <why>" to stderr; returns kUsageExitCode, for main.
+int UsageError(const std::string& process, const absl::Status& why);
+
 // Writes `port` to --port-file, if given, so that a reader polling the file
 // never sees half a number (written aside, then renamed).
 absl::Status WritePortFile(const DaemonFlags& flags, int port);

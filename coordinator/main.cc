@@ -33,8 +33,6 @@
 
 namespace {
 
-constexpr int kUsageError = 2;
-
 std::string HostOf(const std::string& address) {
   auto colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
@@ -163,11 +161,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   return server;
 }
 
-int UsageError(const absl::Status& status) {
-  std::cerr << "cccoord: " << status.message() << "\n";
-  return kUsageError;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,10 +175,11 @@ int main(int argc, char** argv) {
   CoordinatorFlags flags;
   AddCoordinatorFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = SettleFlags(app, flags); !s.ok()) return UsageError(s);
+  if (absl::Status s = SettleFlags(app, flags); !s.ok())
+    return ccl::UsageError("cccoord", s);
 
   auto core = ccl::coordinator::CoordinatorCore::Create(CoreOptions(flags));
-  if (!core.ok()) return UsageError(core.status());
+  if (!core.ok()) return ccl::UsageError("cccoord", core.status());
   ccl::coordinator::CoordinatorLimits limits;
   limits.max_value_bytes = static_cast<size_t>(flags.max_value_bytes);
   limits.max_key_bytes = static_cast<size_t>(flags.max_key_bytes);
@@ -199,7 +193,8 @@ int main(int argc, char** argv) {
   }
   auto credentials =
       ccl::MakeServerCredentials(flags.security.options, flags.listen);
-  if (!credentials.ok()) return UsageError(credentials.status());
+  if (!credentials.ok())
+    return ccl::UsageError("cccoord", credentials.status());
   for (const std::string& warning : credentials->warnings) {
     spdlog::warn("{}", warning);
   }

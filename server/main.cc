@@ -247,11 +247,6 @@ absl::Status SettleFlags(WorkerFlags& f) {
   return absl::OkStatus();
 }
 
-int UsageError(const absl::Status& status) {
-  std::fprintf(stderr, "ccworker: %s\n", std::string(status.message()).c_str());
-  return 2;
-}
-
 // Signals go to one thread that waits for them; every other thread, gRPC's
 // and the CUDA runtime's included, inherits this mask, so the mask is set
 // before any of them starts.
@@ -498,7 +493,8 @@ int main(int argc, char** argv) {
   WorkerFlags flags;
   AddWorkerFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = SettleFlags(flags); !s.ok()) return UsageError(s);
+  if (absl::Status s = SettleFlags(flags); !s.ok())
+    return ccl::UsageError("ccworker", s);
 
   StopSignal stop;
   std::atomic<bool> ready{false};
@@ -508,12 +504,13 @@ int main(int argc, char** argv) {
   // must inherit the signal mask.
   auto credentials = ccl::MakeServerCredentials(
       ServerSecurity(flags.security.options), flags.listen);
-  if (!credentials.ok()) return UsageError(credentials.status());
+  if (!credentials.ok())
+    return ccl::UsageError("ccworker", credentials.status());
   for (const std::string& warning : credentials->warnings) {
     spdlog::warn("ccworker: {}", warning);
   }
   auto channels = ConnectCoordinator(flags);
-  if (!channels.ok()) return UsageError(channels.status());
+  if (!channels.ok()) return ccl::UsageError("ccworker", channels.status());
 
   ccl::WorkerMetrics metrics(
       flags.device.kind == ccl::DeviceKind::kCuda ? "nccl" : "gloo");
@@ -553,7 +550,8 @@ int main(int argc, char** argv) {
   // own, which inherit it.
   auto gpu_claim = ccl::GpuClaimOf(flags.device);
   if (!gpu_claim.ok()) {
-    return UsageError(
+    return ccl::UsageError(
+        "ccworker",
         absl::Status(gpu_claim.status().code(),
                      absl::StrCat("device ", flags.device_name, ": ",
                                   gpu_claim.status().message())));

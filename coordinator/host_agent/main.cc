@@ -28,8 +28,6 @@
 
 namespace {
 
-constexpr int kUsageError = 2;
-
 std::string EnvOr(const char* name, std::string fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? value : fallback;
@@ -108,11 +106,6 @@ void DeclareMetrics(ccl::MetricsRegistry& metrics,
   });
 }
 
-int UsageError(const absl::Status& status) {
-  std::cerr << "cchostagent: " << status.message() << "\n";
-  return kUsageError;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,13 +121,14 @@ int main(int argc, char** argv) {
   AgentFlags flags;
   AddAgentFlags(app, flags);
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = SettleFlags(flags); !s.ok()) return UsageError(s);
+  if (absl::Status s = SettleFlags(flags); !s.ok())
+    return ccl::UsageError("cchostagent", s);
 
   grpc::ChannelArguments channel_args;
   // Replies carry a world's NCCL id list; RegisterHost replies are many.
   channel_args.SetMaxReceiveMessageSize(-1);
   auto channels = ccl::ChannelFactory::Create(flags.security.options);
-  if (!channels.ok()) return UsageError(channels.status());
+  if (!channels.ok()) return ccl::UsageError("cchostagent", channels.status());
   ccl::coordinator::HostAgentOptions options;
   options.expected_workers = flags.workers;
   options.window = std::chrono::milliseconds(flags.window_ms);
@@ -155,7 +149,8 @@ int main(int argc, char** argv) {
   ccl::SecurityOptions serving;
   serving.insecure = flags.insecure;
   auto credentials = ccl::MakeServerCredentials(serving, flags.listen);
-  if (!credentials.ok()) return UsageError(credentials.status());
+  if (!credentials.ok())
+    return ccl::UsageError("cchostagent", credentials.status());
   for (const std::string& warning : credentials->warnings) {
     spdlog::warn("{}", warning);
   }
