@@ -213,18 +213,32 @@ class WorkerCore {
   // world, FAILED_PRECONDITION while its creation is still under way.
   virtual absl::Status DestroyGroup(const std::string& name) = 0;
 
-  // Runs `ready` once this worker is in generation `generation` or later:
-  // at once if it already is, else when FormWorld gets there (a request
-  // stamped with a generation the coordinator already announced, while this
-  // worker is still re-forming, waits instead of failing). After `timeout`,
-  // DEADLINE_EXCEEDED saying the world is re-forming and since when. A
+  // The entries of a request stamped with a generation: each runs as its
+  // synchronous twin above once this worker is in that generation or later
+  // (at once if it already is). A request stamped with a generation the
+  // coordinator already announced, while this worker is still re-forming,
+  // waits for it, up to `wait` (zero: the default op timeout), instead of
+  // failing; if it does not come, the request's seqs are refused (Refuse)
+  // with DEADLINE_EXCEEDED saying the world is re-forming and since when. A
   // generation more than one past the latest this worker knows of fails at
-  // once with FAILED_PRECONDITION.
-  // `ready` runs on the thread that forms the world or on a timer thread
-  // and must not block.
-  virtual void AwaitGeneration(int64_t generation,
-                               std::chrono::milliseconds timeout,
-                               std::function<void(absl::Status)> ready) = 0;
+  // once with FAILED_PRECONDITION. `done` runs once, on the caller's thread,
+  // the thread that forms the world or a timer thread, and must not block.
+  template <typename T>
+  using Done = std::function<void(absl::StatusOr<std::shared_ptr<T>>)>;
+  virtual void SubmitInGeneration(OpSpec spec, std::chrono::milliseconds wait,
+                                  Done<Work> done) = 0;
+  virtual void SubmitPlanInGeneration(PlanSpec plan,
+                                      std::chrono::milliseconds wait,
+                                      Done<PlanWork> done) = 0;
+  virtual void BenchInGeneration(OpSpec spec, BenchOptions options,
+                                 std::chrono::milliseconds wait,
+                                 Done<BenchWork> done) = 0;
+  // `timeout` bounds the split itself, as CreateGroup's.
+  virtual void CreateGroupInGeneration(std::string name, std::vector<int> ranks,
+                                       int64_t world_seq, int64_t generation,
+                                       std::chrono::milliseconds timeout,
+                                       std::chrono::milliseconds wait,
+                                       Done<Work> done) = 0;
 
   // OK while the world's and every subgroup's communicator are usable; the
   // first broken one's reason otherwise (the worker then asks for a new

@@ -435,8 +435,80 @@ class WorkerCoreImpl final : public WorkerCore {
     store_.Clear();
   }
 
+  void SubmitInGeneration(OpSpec spec, std::chrono::milliseconds wait,
+                          Done<Work> done) override {
+    const int64_t generation = spec.generation;
+    const std::string group = spec.group;
+    const int64_t seq = spec.seq;
+    InGeneration<Work>(generation, wait, group, seq, 1, std::move(done),
+                       [this, spec = std::move(spec)] { return Submit(spec); });
+  }
+  void SubmitPlanInGeneration(PlanSpec plan, std::chrono::milliseconds wait,
+                              Done<PlanWork> done) override {
+    const int64_t generation = plan.generation;
+    const std::string group = plan.group;
+    const int64_t seq = plan.seq;
+    const int64_t count =
+        std::max<int64_t>(1, static_cast<int64_t>(plan.ops.size()));
+    InGeneration<PlanWork>(generation, wait, group, seq, count, std::move(done),
+                           [this, plan = std::move(plan)]() mutable {
+                             return SubmitPlan(std::move(plan));
+                           });
+  }
+  void BenchInGeneration(OpSpec spec, BenchOptions options,
+                         std::chrono::milliseconds wait,
+                         Done<BenchWork> done) override {
+    const int64_t generation = spec.generation;
+    const std::string group = spec.group;
+    const int64_t seq = spec.seq;
+    InGeneration<BenchWork>(generation, wait, group, seq, 1, std::move(done),
+                            [this, spec = std::move(spec), options] {
+                              return Bench(spec, options);
+                            });
+  }
+  void CreateGroupInGeneration(std::string name, std::vector<int> ranks,
+                               int64_t world_seq, int64_t generation,
+                               std::chrono::milliseconds timeout,
+                               std::chrono::milliseconds wait,
+                               Done<Work> done) override {
+    InGeneration<Work>(generation, wait, kWorldGroup, world_seq, 1,
+                       std::move(done),
+                       [this, name = std::move(name), ranks = std::move(ranks),
+                        world_seq, generation, timeout]() mutable {
+                         return CreateGroup(name, std::move(ranks), world_seq,
+                                            generation, timeout);
+                       });
+  }
+
+  // Runs `ready` once this worker is in generation `generation` or later:
+  // at once if it already is, else when FormWorld gets there. After
+  // `timeout`, DEADLINE_EXCEEDED saying the world is re-forming and since
+  // when; a generation more than one past the latest this worker knows of
+  // fails at once with FAILED_PRECONDITION. `ready` runs on the thread that
+  // forms the world or on a timer thread and must not block.
   void AwaitGeneration(int64_t generation, std::chrono::milliseconds timeout,
-                       std::function<void(absl::Status)> ready) override;
+                       std::function<void(absl::Status)> ready);
+
+  // The *InGeneration entries' one path: `start` once in `generation`, or
+  // seqs [seq, seq + count) of `group` refused with why it did not come.
+  template <typename T>
+  void InGeneration(int64_t generation, std::chrono::milliseconds wait,
+                    const std::string& group, int64_t seq, int64_t count,
+                    Done<T> done,
+                    std::function<absl::StatusOr<std::shared_ptr<T>>()> start) {
+    if (generation <= this->generation()) return done(start());
+    if (wait.count() <= 0) wait = config_.default_op_timeout;
+    AwaitGeneration(
+        generation, wait,
+        [this, generation, group, seq, count, done = std::move(done),
+         start = std::move(start)](absl::Status ready) {
+          if (!ready.ok()) {
+            return done(
+                Refuse(group, seq, count, generation, std::move(ready)));
+          }
+          done(start());
+        });
+  }
 
   void GenerationTimedOut(const std::shared_ptr<GenerationWaiter>& waiter,
                           std::chrono::milliseconds timeout);

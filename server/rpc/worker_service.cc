@@ -350,32 +350,6 @@ void WorkerService::SummarizeTensor(SummarizeTensorCall* call) {
                        });
 }
 
-// A request stamped with a generation this worker has not reached yet (the
-// coordinator announced it; this worker is still re-forming) waits for it,
-// bounded by the request's timeout, instead of failing.
-void WorkerService::InGeneration(int64_t generation, int64_t timeout_ms,
-                                 const std::string& group, int64_t seq,
-                                 int64_t count, UnaryAnswer* call,
-                                 std::function<void()> start) {
-  if (generation <= core_.generation()) {
-    start();
-    return;
-  }
-  const std::chrono::milliseconds timeout =
-      timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms)
-                     : core_.config().default_op_timeout;
-  core_.AwaitGeneration(
-      generation, timeout,
-      [this, call, start = std::move(start), group, seq, count,
-       generation](absl::Status s) {
-        if (s.ok()) {
-          start();
-        } else {
-          call->Finish(core_.Refuse(group, seq, count, generation, s));
-        }
-      });
-}
-
 void WorkerService::Submit(SubmitCall* call) {
   SubmitOp(call->request(), call->response(), call);
 }
@@ -392,32 +366,31 @@ void WorkerService::SubmitOp(const v1::OpRequest& request,
     return call->Finish(core_.Refuse(request.group(), request.seq(), 1,
                                      request.generation(), spec.status()));
   }
-  // Copied first: the lambda below takes the spec.
   const std::string group = spec->group;
   const int64_t seq = spec->seq;
-  InGeneration(spec->generation, request.timeout_ms(), group, seq, 1, call,
-               [this, spec = *std::move(spec), call, response] {
-                 auto work = core_.Submit(spec);
-                 if (!work.ok()) return call->Finish(work.status());
-                 response->set_rank(core_.rank());
-                 response->set_generation(core_.generation());
-                 response->set_group(spec.group);
-                 response->set_seq(spec.seq);
-                 Work* raw = work->get();
-                 if (spec.async) {
-                   response->set_work_id(raw->id());
-                   response->set_worker_id(identity_.worker_id);
-                   response->set_state(ToProto(raw->state()));
-                   return call->Finish(absl::OkStatus());
-                 }
-                 AnswerWhenDone(call, *work, WhyQueuedFor(spec.group, spec.seq),
-                                [raw, response] {
-                                  response->set_state(ToProto(raw->state()));
-                                  *response->mutable_timing() =
-                                      TimingToProto(raw->timing());
-                                  return raw->status();
-                                });
-               });
+  const bool async = spec->async;
+  core_.SubmitInGeneration(
+      *std::move(spec), std::chrono::milliseconds(request.timeout_ms()),
+      [this, call, response, group, seq,
+       async](absl::StatusOr<std::shared_ptr<Work>> work) {
+        if (!work.ok()) return call->Finish(work.status());
+        response->set_rank(core_.rank());
+        response->set_generation(core_.generation());
+        response->set_group(group);
+        response->set_seq(seq);
+        Work* raw = work->get();
+        if (async) {
+          response->set_work_id(raw->id());
+          response->set_worker_id(identity_.worker_id);
+          response->set_state(ToProto(raw->state()));
+          return call->Finish(absl::OkStatus());
+        }
+        AnswerWhenDone(call, *work, WhyQueuedFor(group, seq), [raw, response] {
+          response->set_state(ToProto(raw->state()));
+          *response->mutable_timing() = TimingToProto(raw->timing());
+          return raw->status();
+        });
+      });
 }
 
 void WorkerService::SubmitPlan(SubmitPlanCall* call) {
@@ -429,16 +402,13 @@ void WorkerService::SubmitPlan(SubmitPlanCall* call) {
                                      std::max(1, request.ops_size()),
                                      request.generation(), plan.status()));
   }
-  const int64_t timeout_ms =
-      request.ops_size() > 0 ? request.ops(0).timeout_ms() : 0;
-  // Copied first: the lambda below takes the plan, and the core its ops.
+  const std::chrono::milliseconds wait(
+      request.ops_size() > 0 ? request.ops(0).timeout_ms() : 0);
   const std::string group = plan->group;
   const int64_t seq = plan->seq;
-  const int64_t count = std::max(1, request.ops_size());
-  InGeneration(
-      plan->generation, timeout_ms, group, seq, count, call,
-      [this, plan = *std::move(plan), group, seq, call]() mutable {
-        auto work = core_.SubmitPlan(std::move(plan));
+  core_.SubmitPlanInGeneration(
+      *std::move(plan), wait,
+      [this, group, seq, call](absl::StatusOr<std::shared_ptr<PlanWork>> work) {
         if (!work.ok()) return call->Finish(work.status());
         v1::PlanResponse* response = call->response();
         response->set_rank(core_.rank());
@@ -493,32 +463,32 @@ void WorkerService::Bench(BenchCall* call) {
     return call->Finish(
         core_.Refuse(op.group(), op.seq(), 1, op.generation(), spec.status()));
   }
-  // Copied first: the lambda below takes the spec.
   const std::string group = spec->group;
   const int64_t seq = spec->seq;
-  InGeneration(spec->generation, op.timeout_ms(), group, seq, 1, call,
-               [this, spec = *std::move(spec),
-                options = BenchOptionsFromProto(request), call] {
-                 auto work = core_.Bench(spec, options);
-                 if (!work.ok()) return call->Finish(work.status());
-                 BenchWork* held = work->get();
-                 const int rank = core_.rank();
-                 v1::BenchResponse* response = call->response();
-                 AnswerWhenDone(call, *work, WhyQueuedFor(spec.group, spec.seq),
-                                [held, response, rank] {
-                                  const absl::Status status = held->status();
-                                  if (status.ok()) {
-                                    const BenchResult result = held->result();
-                                    response->set_rank(rank);
-                                    response->set_time_us(result.time_us);
-                                    response->set_avg_us(result.avg_us);
-                                    response->set_min_us(result.min_us);
-                                    response->set_max_us(result.max_us);
-                                    response->set_wrong(result.wrong);
-                                  }
-                                  return status;
-                                });
-               });
+  core_.BenchInGeneration(
+      *std::move(spec), BenchOptionsFromProto(request),
+      std::chrono::milliseconds(op.timeout_ms()),
+      [this, group, seq,
+       call](absl::StatusOr<std::shared_ptr<BenchWork>> work) {
+        if (!work.ok()) return call->Finish(work.status());
+        BenchWork* held = work->get();
+        const int rank = core_.rank();
+        v1::BenchResponse* response = call->response();
+        AnswerWhenDone(call, *work, WhyQueuedFor(group, seq),
+                       [held, response, rank] {
+                         const absl::Status status = held->status();
+                         if (status.ok()) {
+                           const BenchResult result = held->result();
+                           response->set_rank(rank);
+                           response->set_time_us(result.time_us);
+                           response->set_avg_us(result.avg_us);
+                           response->set_min_us(result.min_us);
+                           response->set_max_us(result.max_us);
+                           response->set_wrong(result.wrong);
+                         }
+                         return status;
+                       });
+      });
 }
 
 absl::StatusOr<std::shared_ptr<Work>> WorkerService::IssuedWork(
@@ -617,12 +587,11 @@ void WorkerService::CreateGroup(CreateGroupCall* call) {
   }
   // The world seq was reserved in request.generation(): a split for a
   // generation this worker is still forming waits for it, as ops do.
-  InGeneration(
-      request.generation(), timeout.count(), kWorldGroup, request.seq(), 1,
-      call, [this, call, ranks = std::move(ranks), timeout] {
+  core_.CreateGroupInGeneration(
+      request.name(), std::move(ranks), request.seq(), request.generation(),
+      timeout, timeout,
+      [this, call](absl::StatusOr<std::shared_ptr<Work>> work) {
         const v1::CreateGroupRequest& request = call->request();
-        auto work = core_.CreateGroup(request.name(), ranks, request.seq(),
-                                      request.generation(), timeout);
         if (!work.ok()) return call->Finish(work.status());
         Work* held = work->get();
         WorkerCore* core = &core_;

@@ -96,9 +96,6 @@ class WorkerService final {
 
   // Says, when asked, why the work at `seq` of `group` is still queued.
   std::function<std::string()> WhyQueuedFor(std::string group, int64_t seq);
-  // Runs `start` now, or once this worker reaches `generation`. If it does
-  // not, the request is refused and takes its `count` seqs from `seq` of
-  // `group` as any refused request does (WorkerCore::Refuse).
   // The async work `work_id` that Wait and Test ask about. NOT_FOUND,
   // saying why, when `worker_id` (a client's record of who issued it) is
   // neither empty nor this worker, or when no such work is remembered.
@@ -109,9 +106,6 @@ class WorkerService final {
   // NOT_FOUND (chaos seed 663522075).
   absl::StatusOr<std::shared_ptr<Work>> IssuedWork(
       int64_t work_id, const std::string& worker_id) const;
-  void InGeneration(int64_t generation, int64_t timeout_ms,
-                    const std::string& group, int64_t seq, int64_t count,
-                    UnaryAnswer* call, std::function<void()> start);
 
   WorkerCore& core_;
   const RequestLimits limits_;
