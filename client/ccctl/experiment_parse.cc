@@ -298,21 +298,12 @@ class Parser : private YamlReader {
       if (!output.ok()) return output.status();
       step.output = *output;
     }
-    if (!body["from"] || !body["to"])
-      return Error(body, "send needs 'from' and 'to'");
-    auto from = Expr(body["from"], "from", world_ids_);
-    if (!from.ok()) return from.status();
-    auto to = Expr(body["to"], "to", world_ids_);
-    if (!to.ok()) return to.status();
-    step.root = *from;
-    step.peer = *to;
     if (body["recv"]) {
       auto recv = Bool(body["recv"], "recv");
       if (!recv.ok()) return recv.status();
       step.paired = *recv;
     }
-    if (step.kind_name == "isend") step.async = true;
-    return ParseAsync(body, step);
+    return ParsePointToPoint(body, step, "send", "from", "to");
   }
 
   absl::Status ParseRecv(const YAML::Node& body, Step& step) {
@@ -324,15 +315,27 @@ class Parser : private YamlReader {
     auto name = TensorName(body, step.kind_name);
     if (!name.ok()) return name.status();
     step.tensor = *name;
-    if (!body["rank"] || !body["from"])
-      return Error(body, "recv needs 'rank' and 'from'");
-    auto rank = Expr(body["rank"], "rank", world_ids_);
-    if (!rank.ok()) return rank.status();
-    auto from = Expr(body["from"], "from", world_ids_);
-    if (!from.ok()) return from.status();
-    step.root = *rank;
-    step.peer = *from;
-    if (step.kind_name == "irecv") step.async = true;
+    return ParsePointToPoint(body, step, "recv", "rank", "from");
+  }
+
+  // The rest of a `verb` step (send or recv, or their i- forms, which are
+  // async): the rank that runs it from `root_key` (step.root), its peer
+  // from `peer_key` (step.peer), then the async options.
+  absl::Status ParsePointToPoint(const YAML::Node& body, Step& step,
+                                 const std::string& verb,
+                                 const std::string& root_key,
+                                 const std::string& peer_key) {
+    if (!body[root_key] || !body[peer_key]) {
+      return Error(body, absl::StrCat(verb, " needs '", root_key, "' and '",
+                                      peer_key, "'"));
+    }
+    auto root = Expr(body[root_key], root_key, world_ids_);
+    if (!root.ok()) return root.status();
+    auto peer = Expr(body[peer_key], peer_key, world_ids_);
+    if (!peer.ok()) return peer.status();
+    step.root = *root;
+    step.peer = *peer;
+    if (step.kind_name == "i" + verb) step.async = true;
     return ParseAsync(body, step);
   }
 
@@ -538,6 +541,59 @@ class Parser : private YamlReader {
     return absl::OkStatus();
   }
 
+  absl::Status ParseFree(const YAML::Node& body, Step& step) {
+    return ParseNames(body, step, "free", false);
+  }
+
+  absl::Status ParseSleep(const YAML::Node& body, Step& step) {
+    auto text = Scalar(body, "sleep");
+    if (!text.ok()) return text.status();
+    auto duration = ParseDuration(*text);
+    if (!duration.ok()) {
+      return Error(body, std::string(duration.status().message()));
+    }
+    step.duration = *duration;
+    return absl::OkStatus();
+  }
+
+  // A bench step's options are all optional.
+  absl::Status ParseBenchStep(const YAML::Node& body, Step& step) {
+    if (!body || body.IsNull()) return absl::OkStatus();
+    return ParseBench(body, step);
+  }
+
+  // What reads the body of a step of `kind`.
+  using BodyParse = absl::Status (Parser::*)(const YAML::Node&, Step&);
+  static BodyParse BodyParser(StepKind kind) {
+    switch (kind) {
+      case StepKind::kAlloc:
+        return &Parser::ParseAlloc;
+      case StepKind::kWrite:
+        return &Parser::ParseWrite;
+      case StepKind::kOp:
+        return &Parser::ParseOp;
+      case StepKind::kSend:
+        return &Parser::ParseSend;
+      case StepKind::kRecv:
+        return &Parser::ParseRecv;
+      case StepKind::kWait:
+        return &Parser::ParseWait;
+      case StepKind::kRead:
+        return &Parser::ParseRead;
+      case StepKind::kAssert:
+        return &Parser::ParseAssert;
+      case StepKind::kFree:
+        return &Parser::ParseFree;
+      case StepKind::kSleep:
+        return &Parser::ParseSleep;
+      case StepKind::kBench:
+        return &Parser::ParseBenchStep;
+      case StepKind::kRepeat:
+        return &Parser::ParseRepeat;
+    }
+    return &Parser::ParseAlloc;  // unreachable: every kind is listed
+  }
+
   absl::StatusOr<Step> ParseStep(const YAML::Node& item) {
     if (!item.IsMap() || item.size() != 1) {
       return Error(item, "a step is a map with one key, the step kind (" +
@@ -574,54 +630,11 @@ class Parser : private YamlReader {
     if ((!body || body.IsNull()) && !null_ok) {
       return Error(entry.first, step.kind_name + " needs options");
     }
-    absl::Status status;
     // Error marks of a missing key point at the body; give it the step's line
     // when the body is null.
-    switch (step.kind) {
-      case StepKind::kAlloc:
-        status = ParseAlloc(body, step);
-        break;
-      case StepKind::kWrite:
-        status = ParseWrite(body, step);
-        break;
-      case StepKind::kOp:
-        status = ParseOp(body, step);
-        break;
-      case StepKind::kSend:
-        status = ParseSend(body, step);
-        break;
-      case StepKind::kRecv:
-        status = ParseRecv(body, step);
-        break;
-      case StepKind::kWait:
-        status = ParseWait(body, step);
-        break;
-      case StepKind::kRead:
-        status = ParseRead(body, step);
-        break;
-      case StepKind::kAssert:
-        status = ParseAssert(body, step);
-        break;
-      case StepKind::kFree:
-        status = ParseNames(body, step, "free", false);
-        break;
-      case StepKind::kSleep: {
-        auto text = Scalar(body, "sleep");
-        if (!text.ok()) return text.status();
-        auto duration = ParseDuration(*text);
-        if (!duration.ok())
-          return Error(body, std::string(duration.status().message()));
-        step.duration = *duration;
-        break;
-      }
-      case StepKind::kBench:
-        if (body && !body.IsNull()) status = ParseBench(body, step);
-        break;
-      case StepKind::kRepeat:
-        status = ParseRepeat(body, step);
-        break;
+    if (absl::Status s = (this->*BodyParser(step.kind))(body, step); !s.ok()) {
+      return s;
     }
-    if (!status.ok()) return status;
     return step;
   }
 
