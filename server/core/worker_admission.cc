@@ -391,5 +391,71 @@ void WorkerCoreImpl::AcceptedPlan(const std::shared_ptr<PlanWork>& work) {
   flight_.RecordPlan(work, absl::OkStatus());
 }
 
+absl::Status WorkerCoreImpl::ReleaseSequence(const std::string& group,
+                                             int64_t generation, int64_t begin,
+                                             int64_t end) {
+  OpSpec spec;
+  spec.group = group;
+  spec.seq = begin;
+  spec.generation = generation;
+  std::shared_ptr<Executor> executor;
+  CCL_ASSIGN_OR_RETURN(executor, FindGroup(spec));
+  if (begin < 0 || end < begin) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot release seqs [", begin, ", ", end, ") of group ", spec.group));
+  }
+  return executor->Release(
+      begin, end,
+      absl::FailedPreconditionError(
+          absl::StrCat("seqs ", begin, "..", end - 1, " of group ", spec.group,
+                       " were released by the client that reserved them")));
+}
+
+std::string WorkerCoreImpl::WhyQueued(const std::string& group, int64_t seq) {
+  std::shared_ptr<Executor> executor;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (group.empty() || group == kWorldGroup) {
+      executor = world_;
+    } else if (auto it = groups_.find(group); it != groups_.end()) {
+      executor = it->second.executor;
+    }
+  }
+  if (!executor) return "its group is gone";
+  return executor->WhyWaiting(seq);
+}
+
+absl::StatusOr<std::pair<int64_t, std::vector<OpRecord>>> WorkerCoreImpl::OpLog(
+    const std::string& group, int limit) const {
+  const std::string name = group.empty() ? kWorldGroup : group;
+  int64_t next_seq = 0;
+  bool known = false;
+  for (const GroupInfo& info : Groups()) {
+    if (info.name == name) {
+      known = true;
+      next_seq = info.next_seq;
+    }
+  }
+  if (!known) {
+    return absl::NotFoundError(absl::StrCat("no group '", name, "' on rank ",
+                                            rank(), "; see ccctl group ls"));
+  }
+  return std::make_pair(next_seq, flight_.Last(name, limit));
+}
+
+void WorkerCoreImpl::Remember(const std::shared_ptr<Work>& work) {
+  std::lock_guard<std::mutex> lock(works_mutex_);
+  works_.emplace(work->id(), work);
+  for (auto it = works_.begin();
+       works_.size() > kMaxRememberedWorks && it != works_.end();) {
+    const WorkState state = it->second->state();
+    if (state == WorkState::kCompleted || state == WorkState::kFailed) {
+      it = works_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 }  // namespace worker_core_internal
 }  // namespace ccl

@@ -195,56 +195,12 @@ class WorkerCoreImpl final : public WorkerCore {
                       int64_t generation, absl::Status reason) override;
 
   absl::Status ReleaseSequence(const std::string& group, int64_t generation,
-                               int64_t begin, int64_t end) override {
-    OpSpec spec;
-    spec.group = group;
-    spec.seq = begin;
-    spec.generation = generation;
-    std::shared_ptr<Executor> executor;
-    CCL_ASSIGN_OR_RETURN(executor, FindGroup(spec));
-    if (begin < 0 || end < begin) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot release seqs [", begin, ", ", end, ") of group ",
-                       spec.group));
-    }
-    return executor->Release(
-        begin, end,
-        absl::FailedPreconditionError(absl::StrCat(
-            "seqs ", begin, "..", end - 1, " of group ", spec.group,
-            " were released by the client that reserved them")));
-  }
+                               int64_t begin, int64_t end) override;
 
   absl::StatusOr<std::pair<int64_t, std::vector<OpRecord>>> OpLog(
-      const std::string& group, int limit) const override {
-    const std::string name = group.empty() ? kWorldGroup : group;
-    int64_t next_seq = 0;
-    bool known = false;
-    for (const GroupInfo& info : Groups()) {
-      if (info.name == name) {
-        known = true;
-        next_seq = info.next_seq;
-      }
-    }
-    if (!known) {
-      return absl::NotFoundError(absl::StrCat("no group '", name, "' on rank ",
-                                              rank(), "; see ccctl group ls"));
-    }
-    return std::make_pair(next_seq, flight_.Last(name, limit));
-  }
+      const std::string& group, int limit) const override;
 
-  std::string WhyQueued(const std::string& group, int64_t seq) override {
-    std::shared_ptr<Executor> executor;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (group.empty() || group == kWorldGroup) {
-        executor = world_;
-      } else if (auto it = groups_.find(group); it != groups_.end()) {
-        executor = it->second.executor;
-      }
-    }
-    if (!executor) return "its group is gone";
-    return executor->WhyWaiting(seq);
-  }
+  std::string WhyQueued(const std::string& group, int64_t seq) override;
 
   std::shared_ptr<Work> FindWork(int64_t id) override {
     std::lock_guard<std::mutex> lock(works_mutex_);
@@ -265,39 +221,7 @@ class WorkerCoreImpl final : public WorkerCore {
 
   std::vector<GroupInfo> Groups() const override;
 
-  void Shutdown() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      shutdown_ = true;
-    }
-    ReleaseGenerationWaiters();
-    std::shared_ptr<Executor> world;
-    std::map<std::string, GroupEntry> groups;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      shutdown_ = true;
-      world = std::move(world_);
-      groups.swap(groups_);
-    }
-    const absl::Status reason =
-        absl::CancelledError("the worker shut down before the op ran");
-    for (auto& [name, group] : groups) {
-      if (group.executor) group.executor->Stop(reason);
-    }
-    if (world) world->Stop(reason);
-    std::vector<Reaper> reapers;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      reapers.swap(reapers_);
-      // Destroyed groups' queued ops are cancelled now, not waited for.
-      for (auto& weak : draining_) {
-        if (auto executor = weak.lock()) executor->CancelDrain();
-      }
-      draining_.clear();
-    }
-    for (auto& reaper : reapers) reaper.thread.join();
-    store_.Clear();
-  }
+  void Shutdown() override;
 
   void SubmitInGeneration(OpSpec spec, std::chrono::milliseconds wait,
                           Done<Work> done) override;
@@ -332,33 +256,9 @@ class WorkerCoreImpl final : public WorkerCore {
   void GenerationTimedOut(const std::shared_ptr<GenerationWaiter>& waiter,
                           std::chrono::milliseconds timeout);
 
-  absl::Status CommunicatorHealth() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!world_) return absl::FailedPreconditionError("no world yet");
-    if (absl::Status s = world_->communicator().Health(); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("group world: ", s.message()));
-    }
-    for (const auto& [name, group] : groups_) {
-      if (!group.executor) continue;
-      if (absl::Status s = group.executor->communicator().Health(); !s.ok()) {
-        return absl::Status(s.code(),
-                            absl::StrCat("group ", name, ": ", s.message()));
-      }
-    }
-    return absl::OkStatus();
-  }
+  absl::Status CommunicatorHealth() const override;
 
-  bool SettlingAfterBreak() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto settling = [](Executor& executor) {
-      return !executor.communicator().Health().ok() && executor.settling();
-    };
-    if (world_ && settling(*world_)) return true;
-    for (const auto& [name, group] : groups_) {
-      if (group.executor && settling(*group.executor)) return true;
-    }
-    return false;
-  }
+  bool SettlingAfterBreak() const override;
 
  private:
   struct GroupEntry {
@@ -470,38 +370,9 @@ class WorkerCoreImpl final : public WorkerCore {
 
   // Runs the waiters whose generation has come (all of them, failed, once
   // shut down). Never under mutex_: `ready` submits work.
-  void ReleaseGenerationWaiters() {
-    std::vector<std::pair<std::shared_ptr<GenerationWaiter>, absl::Status>> due;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      std::erase_if(waiters_, [&](const std::shared_ptr<GenerationWaiter>& w) {
-        if (!shutdown_ && generation_ < w->generation) return false;
-        w->fired = true;
-        due.emplace_back(
-            w, shutdown_ ? absl::CancelledError("the worker is shutting down")
-                         : absl::OkStatus());
-        return true;
-      });
-    }
-    for (auto& [waiter, status] : due) {
-      timers_.Cancel(waiter->timer);
-      waiter->ready(status);
-    }
-  }
+  void ReleaseGenerationWaiters();
 
-  void Remember(const std::shared_ptr<Work>& work) {
-    std::lock_guard<std::mutex> lock(works_mutex_);
-    works_.emplace(work->id(), work);
-    for (auto it = works_.begin();
-         works_.size() > kMaxRememberedWorks && it != works_.end();) {
-      const WorkState state = it->second->state();
-      if (state == WorkState::kCompleted || state == WorkState::kFailed) {
-        it = works_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  void Remember(const std::shared_ptr<Work>& work);
 
   const WorkerConfig config_;
   TensorStore store_;

@@ -1,7 +1,8 @@
 // WorkerCoreImpl's generations and groups: forming each generation's world
 // communicator (shrunk where the backend can), re-creating the subgroups
 // after a re-form, making subgroups, and requests waiting for a generation
-// this worker has not reached. The class is in worker_core_impl.h.
+// this worker has not reached, the communicators' health and shutdown.
+// The class is in worker_core_impl.h.
 #include "common/unique_id_plan.h"
 #include "server/core/fill.h"
 #include "server/core/worker_core_impl.h"
@@ -576,6 +577,87 @@ WorkerCoreImpl::RecreateGroups(Communicator& world, int64_t generation,
     }
   }
   return groups;
+}
+
+void WorkerCoreImpl::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_ = true;
+  }
+  ReleaseGenerationWaiters();
+  std::shared_ptr<Executor> world;
+  std::map<std::string, GroupEntry> groups;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_ = true;
+    world = std::move(world_);
+    groups.swap(groups_);
+  }
+  const absl::Status reason =
+      absl::CancelledError("the worker shut down before the op ran");
+  for (auto& [name, group] : groups) {
+    if (group.executor) group.executor->Stop(reason);
+  }
+  if (world) world->Stop(reason);
+  std::vector<Reaper> reapers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reapers.swap(reapers_);
+    // Destroyed groups' queued ops are cancelled now, not waited for.
+    for (auto& weak : draining_) {
+      if (auto executor = weak.lock()) executor->CancelDrain();
+    }
+    draining_.clear();
+  }
+  for (auto& reaper : reapers) reaper.thread.join();
+  store_.Clear();
+}
+
+absl::Status WorkerCoreImpl::CommunicatorHealth() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!world_) return absl::FailedPreconditionError("no world yet");
+  if (absl::Status s = world_->communicator().Health(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("group world: ", s.message()));
+  }
+  for (const auto& [name, group] : groups_) {
+    if (!group.executor) continue;
+    if (absl::Status s = group.executor->communicator().Health(); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("group ", name, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool WorkerCoreImpl::SettlingAfterBreak() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto settling = [](Executor& executor) {
+    return !executor.communicator().Health().ok() && executor.settling();
+  };
+  if (world_ && settling(*world_)) return true;
+  for (const auto& [name, group] : groups_) {
+    if (group.executor && settling(*group.executor)) return true;
+  }
+  return false;
+}
+
+void WorkerCoreImpl::ReleaseGenerationWaiters() {
+  std::vector<std::pair<std::shared_ptr<GenerationWaiter>, absl::Status>> due;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(waiters_, [&](const std::shared_ptr<GenerationWaiter>& w) {
+      if (!shutdown_ && generation_ < w->generation) return false;
+      w->fired = true;
+      due.emplace_back(
+          w, shutdown_ ? absl::CancelledError("the worker is shutting down")
+                       : absl::OkStatus());
+      return true;
+    });
+  }
+  for (auto& [waiter, status] : due) {
+    timers_.Cancel(waiter->timer);
+    waiter->ready(status);
+  }
 }
 
 }  // namespace worker_core_internal
