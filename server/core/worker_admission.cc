@@ -31,20 +31,20 @@ absl::Status WorkerCoreImpl::Admit(
 
 template <typename T>
 void WorkerCoreImpl::InGeneration(
-    int64_t generation, std::chrono::milliseconds wait,
-    const std::string& group, int64_t seq, int64_t count, Done<T> done,
+    SeqStamp stamp, std::chrono::milliseconds wait, Done<T> done,
     std::function<absl::StatusOr<std::shared_ptr<T>>()> start) {
-  if (generation <= this->generation()) return done(start());
+  if (stamp.generation <= generation()) return done(start());
   if (wait.count() <= 0) wait = config_.default_op_timeout;
-  AwaitGeneration(
-      generation, wait,
-      [this, generation, group, seq, count, done = std::move(done),
-       start = std::move(start)](absl::Status ready) {
-        if (!ready.ok()) {
-          return done(Refuse(group, seq, count, generation, std::move(ready)));
-        }
-        done(start());
-      });
+  const int64_t awaited = stamp.generation;  // before the lambda takes stamp
+  AwaitGeneration(awaited, wait,
+                  [this, stamp = std::move(stamp), done = std::move(done),
+                   start = std::move(start)](absl::Status ready) {
+                    if (!ready.ok()) {
+                      return done(Refuse(stamp.group, stamp.seq, stamp.count,
+                                         stamp.generation, std::move(ready)));
+                    }
+                    done(start());
+                  });
 }
 
 absl::StatusOr<std::shared_ptr<Work>> WorkerCoreImpl::Submit(
@@ -197,22 +197,17 @@ absl::Status WorkerCoreImpl::Refuse(const std::string& group, int64_t seq,
 void WorkerCoreImpl::SubmitInGeneration(OpSpec spec,
                                         std::chrono::milliseconds wait,
                                         Done<Work> done) {
-  const int64_t generation = spec.generation;
-  const std::string group = spec.group;
-  const int64_t seq = spec.seq;
-  InGeneration<Work>(generation, wait, group, seq, 1, std::move(done),
+  SeqStamp stamp{spec.generation, spec.group, spec.seq, 1};
+  InGeneration<Work>(std::move(stamp), wait, std::move(done),
                      [this, spec = std::move(spec)] { return Submit(spec); });
 }
 
 void WorkerCoreImpl::SubmitPlanInGeneration(PlanSpec plan,
                                             std::chrono::milliseconds wait,
                                             Done<PlanWork> done) {
-  const int64_t generation = plan.generation;
-  const std::string group = plan.group;
-  const int64_t seq = plan.seq;
-  const int64_t count =
-      std::max<int64_t>(1, static_cast<int64_t>(plan.ops.size()));
-  InGeneration<PlanWork>(generation, wait, group, seq, count, std::move(done),
+  SeqStamp stamp{plan.generation, plan.group, plan.seq,
+                 std::max<int64_t>(1, static_cast<int64_t>(plan.ops.size()))};
+  InGeneration<PlanWork>(std::move(stamp), wait, std::move(done),
                          [this, plan = std::move(plan)]() mutable {
                            return SubmitPlan(std::move(plan));
                          });
@@ -221,11 +216,9 @@ void WorkerCoreImpl::SubmitPlanInGeneration(PlanSpec plan,
 void WorkerCoreImpl::BenchInGeneration(OpSpec spec, BenchOptions options,
                                        std::chrono::milliseconds wait,
                                        Done<BenchWork> done) {
-  const int64_t generation = spec.generation;
-  const std::string group = spec.group;
-  const int64_t seq = spec.seq;
+  SeqStamp stamp{spec.generation, spec.group, spec.seq, 1};
   InGeneration<BenchWork>(
-      generation, wait, group, seq, 1, std::move(done),
+      std::move(stamp), wait, std::move(done),
       [this, spec = std::move(spec), options] { return Bench(spec, options); });
 }
 
@@ -233,7 +226,7 @@ void WorkerCoreImpl::CreateGroupInGeneration(
     std::string name, std::vector<int> ranks, int64_t world_seq,
     int64_t generation, std::chrono::milliseconds timeout,
     std::chrono::milliseconds wait, Done<Work> done) {
-  InGeneration<Work>(generation, wait, kWorldGroup, world_seq, 1,
+  InGeneration<Work>(SeqStamp{generation, kWorldGroup, world_seq, 1}, wait,
                      std::move(done),
                      [this, name = std::move(name), ranks = std::move(ranks),
                       world_seq, generation, timeout]() mutable {

@@ -245,11 +245,18 @@ class WorkerCoreImpl final : public WorkerCore {
   void AwaitGeneration(int64_t generation, std::chrono::milliseconds timeout,
                        std::function<void(absl::Status)> ready);
 
-  // The *InGeneration entries' one path: `start` once in `generation`, or
-  // seqs [seq, seq + count) of `group` refused with why it did not come.
+  // Where a sequenced request stands: its generation and its seqs
+  // [seq, seq + count) of `group`.
+  struct SeqStamp {
+    int64_t generation = 0;
+    std::string group;
+    int64_t seq = 0;
+    int64_t count = 1;
+  };
+  // The *InGeneration entries' one path: `start` once in the stamp's
+  // generation, or the stamp's seqs refused with why it did not come.
   template <typename T>
-  void InGeneration(int64_t generation, std::chrono::milliseconds wait,
-                    const std::string& group, int64_t seq, int64_t count,
+  void InGeneration(SeqStamp stamp, std::chrono::milliseconds wait,
                     Done<T> done,
                     std::function<absl::StatusOr<std::shared_ptr<T>>()> start);
 
