@@ -721,45 +721,12 @@ void CoordinatorCore::WithdrawLocked(WaitId id, RegisterWaiter& waiter,
   }
 }
 
-void CoordinatorCore::OnDeadline(WaitId id) {
-  std::function<void()> finish;
-  Deferred admitted;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = register_waiters_.find(id); it != register_waiters_.end()) {
-      RegisterWaiter waiter = std::move(it->second);
-      register_waiters_.erase(it);
-      std::string message =
-          absl::StrCat("register: world incomplete after ",
-                       waiter.timeout.count(), " ms: ", DescribeMissingLocked(),
-                       "; rank ", waiter.rank, " released");
-      WithdrawLocked(id, waiter, message);
-      AdmitParkedLocked(admitted);
-      finish = [done = std::move(waiter.done), message] {
-        done(absl::DeadlineExceededError(message));
-      };
-    } else if (auto parked = FindParked(id);
-               parked != parked_registrations_.end()) {
-      std::string message = absl::StrCat(
-          "register: world of size ", WorldSize(), " is full, and no member ",
-          "was declared gone while worker '", parked->request.worker_id,
-          "' waited ", ToMillis(Now() - parked->since), " ms for a rank (",
-          DescribeHoldersLocked(),
-          "); stop a member first, or start the world larger");
-      finish = [done = std::move(parked->done), message] {
-        done(absl::ResourceExhaustedError(message));
-      };
-      parked_registrations_.erase(parked);
-    } else {
-      finish = kv_.Expire(id);
-      if (!finish) finish = leases_.Expire(id);
-    }
-  }
-  if (finish) finish();
-  for (auto& f : admitted) f();
-}
+void CoordinatorCore::OnDeadline(WaitId id) { EndWait(id, WaitEnd::kDeadline); }
 
-void CoordinatorCore::Cancel(WaitId id) {
+void CoordinatorCore::Cancel(WaitId id) { EndWait(id, WaitEnd::kCancelled); }
+
+void CoordinatorCore::EndWait(WaitId id, WaitEnd end) {
+  const bool deadline = end == WaitEnd::kDeadline;
   const absl::Status cancelled = absl::CancelledError("the caller went away");
   std::function<void()> finish;
   Deferred admitted;
@@ -768,14 +735,37 @@ void CoordinatorCore::Cancel(WaitId id) {
     if (auto it = register_waiters_.find(id); it != register_waiters_.end()) {
       RegisterWaiter waiter = std::move(it->second);
       register_waiters_.erase(it);
-      WithdrawLocked(id, waiter, "registration cancelled");
+      // Described before the withdrawal takes the rank back.
+      const absl::Status why =
+          deadline
+              ? absl::DeadlineExceededError(absl::StrCat(
+                    "register: world incomplete after ", waiter.timeout.count(),
+                    " ms: ", DescribeMissingLocked(), "; rank ", waiter.rank,
+                    " released"))
+              : cancelled;
+      WithdrawLocked(
+          id, waiter,
+          deadline ? std::string(why.message()) : "registration cancelled");
       AdmitParkedLocked(admitted);
-      finish = [done = std::move(waiter.done), cancelled] { done(cancelled); };
+      finish = [done = std::move(waiter.done), why] { done(why); };
     } else if (auto parked = FindParked(id);
                parked != parked_registrations_.end()) {
-      timers_.Cancel(parked->timer);
-      finish = [done = std::move(parked->done), cancelled] { done(cancelled); };
+      absl::Status why = cancelled;
+      if (deadline) {
+        why = absl::ResourceExhaustedError(absl::StrCat(
+            "register: world of size ", WorldSize(), " is full, and no member ",
+            "was declared gone while worker '", parked->request.worker_id,
+            "' waited ", ToMillis(Now() - parked->since), " ms for a rank (",
+            DescribeHoldersLocked(),
+            "); stop a member first, or start the world larger"));
+      } else {
+        timers_.Cancel(parked->timer);
+      }
+      finish = [done = std::move(parked->done), why] { done(why); };
       parked_registrations_.erase(parked);
+    } else if (deadline) {
+      finish = kv_.Expire(id);
+      if (!finish) finish = leases_.Expire(id);
     } else {
       finish = kv_.Cancel(id, cancelled);
       if (!finish) finish = leases_.Cancel(id, cancelled);

@@ -413,6 +413,13 @@ class CoordinatorCore {
                                   const std::string& secret,
                                   std::string_view what);
   void OnDeadline(WaitId id);
+  // How a parked wait ends before it is answered.
+  enum class WaitEnd { kDeadline, kCancelled };
+  // OnDeadline's and Cancel's one path: the wait `id` answers, whatever
+  // kind it is (a registration waiting for its world, one parked for a
+  // rank, a KV wait, a lease), DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED
+  // saying what it waited for, or CANCELLED.
+  void EndWait(WaitId id, WaitEnd end);
   // Parks `request` until a rank frees or its timeout passes (RESOURCE_
   // EXHAUSTED then, naming the members it waited on).
   void ParkFullLocked(WaitId id, RegisterRequest request,
