@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +30,42 @@ absl::StatusOr<std::vector<int>> SelectRanks(const ClusterClient& client,
   if (absl::Status status = client.CheckRanks(ranks); !status.ok())
     return status;
   return ranks;
+}
+
+// The client and the ranks --ranks names: what every per-rank tensor
+// command starts with. Empty when either fails, `exit_status` then Fail's.
+struct RankedClient {
+  std::unique_ptr<ClusterClient> client;
+  std::vector<int> ranks;
+};
+std::optional<RankedClient> ConnectToRanks(const Globals& globals,
+                                           const std::string& ranks_text,
+                                           int& exit_status) {
+  auto client = Connect(globals);
+  if (!client.ok()) {
+    exit_status = Fail(client.status());
+    return std::nullopt;
+  }
+  auto ranks = SelectRanks(**client, ranks_text);
+  if (!ranks.ok()) {
+    exit_status = Fail(ranks.status(), true);
+    return std::nullopt;
+  }
+  return RankedClient{*std::move(client), *std::move(ranks)};
+}
+
+// One JSON object per rank that answered: `entry` of its answer, with the
+// rank added.
+template <typename T, typename Entry>
+nlohmann::json PerRankJson(const RankResults<T>& results, Entry entry) {
+  nlohmann::json document = nlohmann::json::array();
+  for (const auto& r : results) {
+    if (!r.result.ok()) continue;
+    nlohmann::json one = entry(*r.result, r.rank);
+    one["rank"] = r.rank;
+    document.push_back(std::move(one));
+  }
+  return document;
 }
 
 }  // namespace
@@ -132,10 +169,9 @@ int Alloc(Globals& globals, const AllocArgs& args) {
   auto fill =
       ParseFill(args.fill, args.value, args.rank_scale, args.step, args.seed);
   if (!fill.ok()) return Fail(fill.status(), true);
-  auto client = Connect(globals);
-  if (!client.ok()) return Fail(client.status());
-  auto ranks = SelectRanks(**client, args.ranks);
-  if (!ranks.ok()) return Fail(ranks.status(), true);
+  int exit_status = kExitOk;
+  auto target = ConnectToRanks(globals, args.ranks, exit_status);
+  if (!target) return exit_status;
   // Tensors live on the worker's own device unless told otherwise.
   TensorSpec spec{args.name, *dtype, *shape, std::nullopt};
   if (!args.device.empty()) {
@@ -143,16 +179,12 @@ int Alloc(Globals& globals, const AllocArgs& args) {
     if (!device.ok()) return Fail(device.status(), true);
     spec.device = *device;
   }
-  const auto results = (*client)->Alloc(*ranks, spec, *fill);
+  const auto results = target->client->Alloc(target->ranks, spec, *fill);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
-    nlohmann::json document = nlohmann::json::array();
-    for (const auto& r : results) {
-      if (r.result.ok()) {
-        document.push_back({{"rank", r.rank}, {"tensor", ToJson(*r.result)}});
-      }
-    }
-    PrintJson(document);
+    PrintJson(PerRankJson(results, [](const TensorInfo& info, int) {
+      return nlohmann::json{{"tensor", ToJson(info)}};
+    }));
   } else {
     Table table({"RANK", "NAME", "DTYPE", "SHAPE", "DEVICE", "BYTES"});
     for (const auto& r : results) {
@@ -236,22 +268,18 @@ struct ReadArgs {
 };
 
 int Read(Globals& globals, const ReadArgs& args) {
-  auto client = Connect(globals);
-  if (!client.ok()) return Fail(client.status());
-  auto ranks = SelectRanks(**client, args.ranks);
-  if (!ranks.ok()) return Fail(ranks.status(), true);
-  const auto results = (*client)->Summarize(*ranks, args.name, args.limit);
+  int exit_status = kExitOk;
+  auto target = ConnectToRanks(globals, args.ranks, exit_status);
+  if (!target) return exit_status;
+  ClusterClient& client = *target->client;
+  const auto results = client.Summarize(target->ranks, args.name, args.limit);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
-    nlohmann::json document = nlohmann::json::array();
-    for (const auto& r : results) {
-      if (!r.result.ok()) continue;
-      nlohmann::json entry = ToJson(*r.result);
-      entry["rank"] = r.rank;
-      entry["values"] = ExactHead(**client, r.rank, args.name, *r.result).json;
-      document.push_back(entry);
-    }
-    PrintJson(document);
+    PrintJson(PerRankJson(results, [&](const TensorSummary& summary, int rank) {
+      nlohmann::json entry = ToJson(summary);
+      entry["values"] = ExactHead(client, rank, args.name, summary).json;
+      return entry;
+    }));
   } else {
     Table table({"RANK", "DTYPE", "SHAPE", "VALUES", "SUM", "MIN", "MAX"});
     for (const auto& r : results) {
@@ -259,7 +287,7 @@ int Read(Globals& globals, const ReadArgs& args) {
       const TensorSummary& summary = *r.result;
       const DType shown = summary.info.dtype;
       const std::string values =
-          ExactHead(**client, r.rank, args.name, summary).Render();
+          ExactHead(client, r.rank, args.name, summary).Render();
       // Sum, min and max are the worker's, as doubles: beyond 2^53 an int64
       // one is near, not exact, and says so.
       auto approximate = [&](double value, DType dtype) {
@@ -284,19 +312,15 @@ int Read(Globals& globals, const ReadArgs& args) {
 
 int Free(Globals& globals, const std::string& name,
          const std::string& ranks_text) {
-  auto client = Connect(globals);
-  if (!client.ok()) return Fail(client.status());
-  auto ranks = SelectRanks(**client, ranks_text);
-  if (!ranks.ok()) return Fail(ranks.status(), true);
-  const auto results = (*client)->Free(*ranks, name);
+  int exit_status = kExitOk;
+  auto target = ConnectToRanks(globals, ranks_text, exit_status);
+  if (!target) return exit_status;
+  const auto results = target->client->Free(target->ranks, name);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
-    nlohmann::json document = nlohmann::json::array();
-    for (const auto& r : results) {
-      if (r.result.ok())
-        document.push_back({{"rank", r.rank}, {"freed_bytes", *r.result}});
-    }
-    PrintJson(document);
+    PrintJson(PerRankJson(results, [](int64_t freed, int) {
+      return nlohmann::json{{"freed_bytes", freed}};
+    }));
   } else {
     for (const auto& r : results) {
       if (r.result.ok()) {
@@ -309,21 +333,14 @@ int Free(Globals& globals, const std::string& name,
 }
 
 int List(Globals& globals, const std::string& ranks_text) {
-  auto client = Connect(globals);
-  if (!client.ok()) return Fail(client.status());
-  auto ranks = SelectRanks(**client, ranks_text);
-  if (!ranks.ok()) return Fail(ranks.status(), true);
-  const auto results = (*client)->List(*ranks);
+  int exit_status = kExitOk;
+  auto target = ConnectToRanks(globals, ranks_text, exit_status);
+  if (!target) return exit_status;
+  const auto results = target->client->List(target->ranks);
   const bool failed = ReportRankErrors(results);
   if (globals.json()) {
-    nlohmann::json document = nlohmann::json::array();
-    for (const auto& r : results) {
-      if (!r.result.ok()) continue;
-      nlohmann::json entry = ToJson(*r.result);
-      entry["rank"] = r.rank;
-      document.push_back(entry);
-    }
-    PrintJson(document);
+    PrintJson(PerRankJson(
+        results, [](const TensorList& list, int) { return ToJson(list); }));
   } else {
     Table table({"RANK", "NAME", "DTYPE", "SHAPE", "DEVICE", "BYTES"});
     for (const auto& r : results) {
