@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/membership_types.h"
 #include "common/types.h"
 
 namespace ccl::client {
@@ -42,37 +43,11 @@ using ::ccl::WorkStateName;
 using ::ccl::WorldState;
 using ::ccl::WorldStateName;
 
-struct Member {
-  int rank = 0;
-  std::string address;  // host:port of the worker's gRPC server
-  std::string host;
-  // The host id the worker registered with (ccworker --host-id; empty: its
-  // hostname is its host) and its GPU's PCI bus id (empty on CPU).
-  std::string host_id;
-  std::string device_bus_id;
-  Device device;
-  MemberState state = MemberState::kUnknown;
-  int64_t last_seen_age_ms = 0;
-  // A worker picks it once per process: tells a restart from a duplicate.
-  std::string worker_id;
-  // As of the worker's last heartbeat.
-  int64_t tensor_count = 0;
-  int64_t tensor_bytes = 0;
-};
+// A member of the world, as the coordinator describes it.
+using Member = ::ccl::MemberInfo;
 
-struct World {
-  int64_t generation = 0;
-  int world_size = 0;
-  WorldState state = WorldState::kUnknown;
-  std::vector<Member> members;
-  int64_t heartbeat_interval_ms = 0;
-  int64_t heartbeat_timeout_ms = 0;
-  // Non-empty while the generation is ending: why (a rank's communicator
-  // broke). No new op runs in it; the next generation follows by itself.
-  std::string reforming_reason;
-  // Why this generation began, when the one before it broke.
-  std::string began_after;
-};
+// The world, as the coordinator describes it.
+using World = ::ccl::WorldInfo;
 
 // ---------------------------------------------------------------------------
 // What a worker says about itself

@@ -153,6 +153,37 @@ v1::WorkState ToProto(WorkState state) {
   return v1::WORK_STATE_UNSPECIFIED;
 }
 
+MemberInfo FromProto(const v1::Member& member) {
+  MemberInfo out;
+  out.rank = member.rank();
+  out.address = member.address();
+  out.host = member.host();
+  out.host_id = member.host_id();
+  out.device_bus_id = member.device_bus_id();
+  absl::StatusOr<Device> device = FromProto(member.device());
+  if (device.ok()) out.device = *device;
+  out.state = FromProto(member.state());
+  out.last_seen_age_ms = member.last_seen_age_ms();
+  out.worker_id = member.worker_id();
+  out.tensor_count = member.tensor_count();
+  out.tensor_bytes = member.tensor_bytes();
+  return out;
+}
+
+void ToProto(const MemberInfo& member, v1::Member* out) {
+  out->set_rank(member.rank);
+  out->set_address(member.address);
+  out->set_host(member.host);
+  out->set_host_id(member.host_id);
+  out->set_device_bus_id(member.device_bus_id);
+  *out->mutable_device() = ToProto(member.device);
+  out->set_state(ToProto(member.state));
+  out->set_last_seen_age_ms(member.last_seen_age_ms);
+  out->set_worker_id(member.worker_id);
+  out->set_tensor_count(member.tensor_count);
+  out->set_tensor_bytes(member.tensor_bytes);
+}
+
 HeartbeatRequest FromProto(const v1::HeartbeatRequest& request) {
   HeartbeatRequest native;
   native.rank = request.rank();

@@ -32,6 +32,12 @@ v1::WorldState ToProto(WorldState state);
 WorkState FromProto(v1::WorkState state);
 v1::WorkState ToProto(WorkState state);
 
+// A member of the world: the coordinator describes it, clients read it. An
+// unknown device reads as the default one.
+MemberInfo FromProto(const v1::Member& member);
+// In place: a world's snapshot fills thousands of them.
+void ToProto(const MemberInfo& member, v1::Member* out);
+
 // A heartbeat: the worker sends it, the coordinator reads it.
 HeartbeatRequest FromProto(const v1::HeartbeatRequest& request);
 v1::HeartbeatRequest ToProto(const HeartbeatRequest& request);

@@ -66,40 +66,11 @@ struct CoordinatorOptions {
   std::function<std::chrono::steady_clock::time_point()> clock;
 };
 
-struct MemberInfo {
-  int rank = 0;
-  std::string address;
-  std::string host;
-  // As registered (RegisterRequest).
-  std::string host_id;
-  std::string device_bus_id;
-  Device device;
-  MemberState state = MemberState::kJoining;
-  int64_t last_seen_age_ms = 0;
-  std::string worker_id;
-  int64_t tensor_count = 0;
-  int64_t tensor_bytes = 0;
-};
+// A member as the world's snapshot describes it (common/membership_types.h).
+using ::ccl::MemberInfo;
 
-struct WorldInfo {
-  int64_t generation = 0;
-  int world_size = 0;
-  WorldState state = WorldState::kForming;
-  // Sorted by rank; ranks nobody holds are absent.
-  std::vector<MemberInfo> members;
-  int64_t heartbeat_interval_ms = 0;
-  int64_t heartbeat_timeout_ms = 0;
-  // This generation is `shrunk_from_generation` without `excluded_ranks`
-  // (ranks of that generation); 0 when it is not a shrink.
-  int64_t shrunk_from_generation = 0;
-  std::vector<int> excluded_ranks;
-  // Non-empty while the generation is ending (a rank's communicator broke,
-  // or it asked to re-form): why. No sequence numbers are handed out in it.
-  std::string reforming_reason;
-  // The last generation's reforming_reason when this one began after it
-  // (World.began_after).
-  std::string began_after;
-};
+// The world's snapshot (common/membership_types.h).
+using ::ccl::WorldInfo;
 
 struct RegisterRequest {
   std::string address;

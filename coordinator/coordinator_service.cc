@@ -95,18 +95,7 @@ v1::World ToProto(const WorldInfo& world) {
   v1::World out = ToProtoHeader(world);
   out.mutable_members()->Reserve(static_cast<int>(world.members.size()));
   for (const MemberInfo& m : world.members) {
-    v1::Member* pm = out.add_members();
-    pm->set_rank(m.rank);
-    pm->set_address(m.address);
-    pm->set_host(m.host);
-    pm->set_host_id(m.host_id);
-    pm->set_device_bus_id(m.device_bus_id);
-    *pm->mutable_device() = ccl::ToProto(m.device);
-    pm->set_state(ToProto(m.state));
-    pm->set_last_seen_age_ms(m.last_seen_age_ms);
-    pm->set_worker_id(m.worker_id);
-    pm->set_tensor_count(m.tensor_count);
-    pm->set_tensor_bytes(m.tensor_bytes);
+    ::ccl::ToProto(m, out.add_members());
   }
   return out;
 }

@@ -61,21 +61,14 @@ World ToNative(const v1::World& world) {
   out.state = ::ccl::FromProto(world.state());
   out.heartbeat_interval_ms = world.heartbeat_interval_ms();
   out.heartbeat_timeout_ms = world.heartbeat_timeout_ms();
+  out.shrunk_from_generation = world.shrunk_from_generation();
+  out.excluded_ranks.assign(world.excluded_ranks().begin(),
+                            world.excluded_ranks().end());
   out.reforming_reason = world.reforming_reason();
   out.began_after = world.began_after();
+  out.members.reserve(static_cast<size_t>(world.members_size()));
   for (const v1::Member& member : world.members()) {
-    Member& m = out.members.emplace_back();
-    m.rank = member.rank();
-    m.address = member.address();
-    m.host = member.host();
-    m.host_id = member.host_id();
-    m.device_bus_id = member.device_bus_id();
-    m.device = DeviceOf(member.device());
-    m.state = ::ccl::FromProto(member.state());
-    m.last_seen_age_ms = member.last_seen_age_ms();
-    m.worker_id = member.worker_id();
-    m.tensor_count = member.tensor_count();
-    m.tensor_bytes = member.tensor_bytes();
+    out.members.push_back(::ccl::FromProto(member));
   }
   return out;
 }
