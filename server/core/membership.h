@@ -10,8 +10,9 @@
 //
 // The machine is gRPC-free, as the coordinator's core is: it talks to the
 // coordinator through MembershipPort and to the worker through
-// MemberWorker, and every decision is a step that takes the time it
-// decides at, so tests drive each transition with fakes and no sleeping.
+// MemberWorker, and every decision is a step of its own (the timed one,
+// PlanBeat, takes the time it decides at), so tests drive each transition
+// with fakes; only the loops that chain the steps wait.
 // rpc/world_agent.h adapts it to the coordinator's gRPC API.
 #pragma once
 
@@ -181,7 +182,6 @@ class Membership {
   std::chrono::milliseconds heartbeat_interval() const {
     return heartbeat_interval_;
   }
-  int registered_rank() const { return registered_rank_; }
   int64_t registered_generation() const { return registered_generation_; }
 
   // How often a broken communicator is looked for between beats.

@@ -62,8 +62,6 @@ class WorldAgent {
   void Seal(int64_t generation, const absl::Status& cause) {
     membership_->Seal(generation, cause);
   }
-  static constexpr std::chrono::milliseconds kSealTimeout =
-      Membership::kSealTimeout;
 
  private:
   class Port;
