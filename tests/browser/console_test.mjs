@@ -128,6 +128,11 @@ async function main() {
   const firstRender = Date.now() - t0;
   log(`first World page with 4 ready ranks ${firstRender} ms after ccctl console started`);
   fs.writeFileSync(path.join(outDir, "first_render_ms.txt"), `${firstRender}\n`);
+  // The session (role) and the world are two requests the page sends at once;
+  // either may answer first, so wait for the session's answer, not its order.
+  await page.waitForFunction(() => document.querySelector("#role").textContent !== "",
+                             { timeout: 10000 })
+      .catch(async () => fail(`no role after 10 s; banner: '${await text(page, "#banner")}'`));
   const role = await text(page, "#role");
   if (role !== "operator") fail(`role shows '${role}', want operator`);
   await shot(page, "world");
