@@ -706,6 +706,7 @@ std::vector<Finding> Consolidate(std::vector<Finding> findings) {
       kept.direction = "both";
     }
     absl::StrAppend(&kept.evidence, "; also by ", f.metric, ": ", f.evidence);
+    kept.also_by.push_back(f.metric);
   }
   return out;
 }
@@ -877,26 +878,130 @@ Rounds InRounds(const std::vector<std::pair<int, int>>& pairs) {
   return rounds;
 }
 
+namespace {
+
+std::pair<int, int> Ordered(int a, int b) {
+  return {std::min(a, b), std::max(a, b)};
+}
+
+bool IsSpeed(const std::string& metric) {
+  return metric == "bandwidth" || metric == "latency";
+}
+
+bool IsSpeedLink(const Finding& f) {
+  return f.blame == Blame::kLink && f.ranks.size() == 2 &&
+         (IsSpeed(f.metric) ||
+          std::any_of(f.also_by.begin(), f.also_by.end(), IsSpeed));
+}
+
+}  // namespace
+
+std::vector<std::pair<int, int>> LinkControls(const Verdict& verdict,
+                                              std::pair<int, int> link,
+                                              const std::vector<Rank>& ranks) {
+  std::set<int> suspected;
+  for (const Finding& f : verdict.findings) {
+    suspected.insert(f.ranks.begin(), f.ranks.end());
+  }
+  std::map<int, std::string> host_of;
+  for (const Rank& r : ranks) host_of[r.rank] = r.host;
+  const bool within = host_of[link.first] == host_of[link.second];
+  std::vector<std::pair<int, int>> controls;
+  std::set<int> taken;
+  for (int end : {link.first, link.second}) {
+    // A partner the other end's control did not take where there is one:
+    // two ranks' figures are not one rank's twice.
+    int partner = -1;
+    for (const Rank& peer : ranks) {
+      if (peer.rank == link.first || peer.rank == link.second ||
+          suspected.count(peer.rank) || (host_of[end] == peer.host) != within) {
+        continue;
+      }
+      if (partner < 0 || (taken.count(partner) && !taken.count(peer.rank))) {
+        partner = peer.rank;
+      }
+    }
+    if (partner >= 0) {
+      controls.push_back(Ordered(end, partner));
+      taken.insert(partner);
+    }
+  }
+  return controls;
+}
+
 Rounds ConfirmationRounds(const Verdict& verdict,
-                          const std::vector<std::pair<int, int>>& pairs) {
-  std::set<std::pair<int, int>> links;
+                          const std::vector<std::pair<int, int>>& pairs,
+                          const std::vector<Rank>& ranks, bool with_controls) {
+  std::vector<std::pair<int, int>> links;
   for (const Finding& f : verdict.findings) {
     if (f.blame != Blame::kLink || f.ranks.size() != 2) continue;
     if (f.metric == "errors" || f.metric == "arrival") continue;
-    links.insert(
-        {std::min(f.ranks[0], f.ranks[1]), std::max(f.ranks[0], f.ranks[1])});
+    const auto link = Ordered(f.ranks[0], f.ranks[1]);
+    if (std::find(links.begin(), links.end(), link) == links.end()) {
+      links.push_back(link);
+    }
   }
   Rounds rounds;
+  std::set<std::pair<int, int>> alone;
+  for (const auto& pair : pairs) {
+    if (std::find(links.begin(), links.end(), pair) == links.end()) continue;
+    rounds.push_back({pair});
+    alone.insert(pair);
+    if (!with_controls) continue;
+    for (const auto& control : LinkControls(verdict, pair, ranks)) {
+      if (alone.insert(control).second) rounds.push_back({control});
+    }
+  }
   std::vector<std::pair<int, int>> others;
   for (const auto& pair : pairs) {
-    if (links.count(pair)) {
-      rounds.push_back({pair});
-    } else {
-      others.push_back(pair);
-    }
+    if (!alone.count(pair)) others.push_back(pair);
   }
   for (auto& round : InRounds(others)) rounds.push_back(std::move(round));
   return rounds;
+}
+
+bool StandsOutOfItsControls(const Finding& link,
+                            const std::vector<std::pair<int, int>>& controls,
+                            const std::vector<Cell>& again,
+                            const Thresholds& thresholds) {
+  if (!IsSpeedLink(link)) return true;
+  // The worse of a pair's two directions as `again` measured them; 0 when
+  // neither was.
+  auto worse = [&](std::pair<int, int> pair, bool latency) {
+    double figure = 0;
+    for (const Cell& cell : again) {
+      if (Ordered(cell.src, cell.dst) != pair || cell.broken()) continue;
+      const double value = latency ? cell.latency_us : cell.bandwidth_gbps;
+      if (value <= 0) continue;
+      figure = figure == 0 ? value
+               : latency   ? std::max(figure, value)
+                           : std::min(figure, value);
+    }
+    return figure;
+  };
+  std::vector<std::string> metrics = link.also_by;
+  metrics.push_back(link.metric);
+  bool compared = false;
+  for (const std::string& metric : metrics) {
+    if (!IsSpeed(metric)) continue;
+    const bool latency = metric == "latency";
+    const double suspect =
+        worse(Ordered(link.ranks[0], link.ranks[1]), latency);
+    std::vector<double> beside;
+    for (const auto& control : controls) {
+      if (const double figure = worse(control, latency); figure > 0) {
+        beside.push_back(figure);
+      }
+    }
+    if (suspect <= 0 || beside.empty()) continue;
+    compared = true;
+    const double reference = Median(beside);
+    if (latency ? suspect >= reference * (1 + thresholds.latency_tolerance)
+                : suspect <= reference * (1 - thresholds.bandwidth_tolerance)) {
+      return true;
+    }
+  }
+  return !compared;
 }
 
 Verdict Confirmed(const Verdict& first, Verdict second,
@@ -1036,7 +1141,10 @@ absl::Status Examine(const std::vector<Rank>& ranks,
         sampled ? NarrowingPairs(current, ranks, met, options.partners)
                 : SuspectPairs(current, ranks);
     if (pairs.empty()) break;
-    const Rounds rounds = ConfirmationRounds(current, pairs);
+    // A search's narrowing step measures each suspect with partners it has
+    // not met; controls are the matrix's confirmation's.
+    const Rounds rounds =
+        ConfirmationRounds(current, pairs, ranks, /*with_controls=*/!sampled);
     std::vector<Cell> again;
     absl::Status s =
         measure(rounds, sampled ? "narrowing " : "confirming ", again);
@@ -1050,6 +1158,15 @@ absl::Status Examine(const std::vector<Rank>& ranks,
     }
     if (!s.ok()) return s;
     Verdict next = judge();
+    // A link slow again, but no slower than its controls measured beside it
+    // in time, was slow for the moment: it is not seen twice.
+    std::erase_if(next.findings, [&](const Finding& f) {
+      return !sampled && IsSpeedLink(f) &&
+             !StandsOutOfItsControls(
+                 f,
+                 LinkControls(current, Ordered(f.ranks[0], f.ranks[1]), ranks),
+                 again, options.thresholds);
+    });
     search.verdict = Confirmed(current, next, ranks);
     // Every finding seen twice: done. Otherwise the new suspects are the
     // next step's (a search only: the matrix has measured them all).

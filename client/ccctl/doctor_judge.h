@@ -60,6 +60,9 @@ struct Finding {
   std::string host;  // kHost, and the host of a rank or of a link's ends
   // "bandwidth", "latency", "errors", "arrival" or "baseline".
   std::string metric;
+  // The other metrics that named the same thing (their evidence follows
+  // `evidence`'s "also by").
+  std::vector<std::string> also_by;
   // kRank: "send", "recv" or "both"; empty otherwise.
   std::string direction;
   // The blamed thing's typical figure and the comparable reference, in the
@@ -137,8 +140,31 @@ Rounds InRounds(const std::vector<std::pair<int, int>>& pairs);
 // is named for what it does alone; beside other pairs it shares what they
 // share (a switch, a NIC, a loaded host's cores), and a suspect measured
 // again beside the same pairs is slowed by the same neighbours again.
+// With `with_controls`, each named link's own round is followed by its
+// controls' (LinkControls), each alone too.
 Rounds ConfirmationRounds(const Verdict& verdict,
-                          const std::vector<std::pair<int, int>>& pairs);
+                          const std::vector<std::pair<int, int>>& pairs,
+                          const std::vector<Rank>& ranks, bool with_controls);
+// The controls of a link (lower rank first) that `verdict` names: a pair of
+// each end with a rank no finding of `verdict` suspects, alike (both within
+// one host, or both between hosts), lower first. Measured alone right after
+// the link, they tell a slow link (slow beside them) from a slow moment: on
+// a loaded machine a link measured alone twice can be slow both times while
+// every pair measured then is (CI, ccctl_doctor_test: 1 <-> 3 at 10.8x its
+// peers' latency twice, named ahead of the throttled rank). Empty when no
+// rank is free of suspicion.
+std::vector<std::pair<int, int>> LinkControls(const Verdict& verdict,
+                                              std::pair<int, int> link,
+                                              const std::vector<Rank>& ranks);
+// Whether link finding `link` is still slow next to its `controls` as
+// `again` measured them, by one of the metrics that named it (bandwidth,
+// latency) and that metric's tolerance: the worse direction of the link
+// against the median of the controls' worse directions. True when there is
+// nothing to compare with (no control measured, or no such metric).
+bool StandsOutOfItsControls(const Finding& link,
+                            const std::vector<std::pair<int, int>>& controls,
+                            const std::vector<Cell>& again,
+                            const Thresholds& thresholds);
 // Each cell of `cells` that `again` measured keeps the better figure of the
 // two (bandwidth the higher, latency the lower): a fault is slow both
 // times, chance is rarely slow twice.

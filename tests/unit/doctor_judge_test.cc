@@ -163,8 +163,13 @@ TEST(DoctorJudgeTest, ASuspectedLinkIsMeasuredAgainAlone) {
   const auto pairs = SuspectPairs(verdict, ranks);
   EXPECT_EQ(pairs,
             (std::vector<std::pair<int, int>>{{0, 2}, {0, 3}, {1, 2}, {2, 3}}));
-  EXPECT_EQ(ConfirmationRounds(verdict, pairs),
-            (Rounds{{{0, 3}}, {{0, 2}}, {{1, 2}}, {{2, 3}}}));
+  // The link alone, then its controls alone (each end with rank 1, the one
+  // rank no finding suspects), then rank 2's pairs.
+  EXPECT_EQ(LinkControls(verdict, {0, 3}, ranks),
+            (std::vector<std::pair<int, int>>{{0, 1}, {1, 3}}));
+  EXPECT_EQ(
+      ConfirmationRounds(verdict, pairs, ranks, true),
+      (Rounds{{{0, 3}}, {{0, 1}}, {{1, 3}}, {{0, 2}}, {{1, 2}}, {{2, 3}}}));
   EXPECT_EQ(InRounds(pairs).size(), 3u);  // 0 - 3 beside 1 - 2
 
   // Rank 2 at a fifth of its peers; 0 -> 3 five times slower whenever
@@ -194,6 +199,71 @@ TEST(DoctorJudgeTest, ASuspectedLinkIsMeasuredAgainAlone) {
     EXPECT_EQ(search.verdict.findings[0].blame, Blame::kRank);
     EXPECT_EQ(search.verdict.findings[0].ranks, std::vector<int>{2});
   }
+}
+
+// A link slow both times it was measured, alone too, but no slower than its
+// controls measured right after it, was slow for the moment. From CI
+// (ccctl_doctor_test beside another test's clusters on 2 cores): 1 <-> 3's
+// latency was 10.8x its peers' in the matrix and again alone, and the link
+// was named ahead of the throttled rank 2.
+TEST(DoctorJudgeTest, ALinkSlowOnlyWhileEverythingIsSlowIsNotNamed) {
+  const std::vector<Rank> ranks = Cluster{4}.ranks();
+  Cluster cluster{4};
+  cluster.fault = [](const Cell& c) { return c.src == 2 || c.dst == 2; };
+  cluster.factor = 0.2;
+  for (int seed = 0; seed < 20; ++seed) {
+    std::mt19937 rng(seed);
+    // A burst of load: every latency 10x, from the round that holds 1 - 3
+    // on, for that round of the matrix and for three rounds of the
+    // confirmation (the link's and its controls').
+    int call = 0;
+    const MeasureFn measure = [&](const Rounds& rounds, const std::string&,
+                                  std::vector<Cell>& cells) {
+      const int burst = call++ == 0 ? 1 : 3;
+      int left = 0;
+      for (const auto& round : rounds) {
+        if (std::find(round.begin(), round.end(), std::pair{1, 3}) !=
+            round.end()) {
+          left = burst;
+        }
+        for (const auto& [a, b] : round) {
+          for (const auto& [s, d] : {std::pair{a, b}, std::pair{b, a}}) {
+            Cell cell = cluster.One(s, d, rng);
+            if (left > 0) cell.latency_us *= 10;
+            cells.push_back(cell);
+          }
+        }
+        if (left > 0) --left;
+      }
+      return absl::OkStatus();
+    };
+    Search search;
+    ASSERT_TRUE(Examine(ranks, {}, SearchOptions{}, measure, search).ok());
+    ASSERT_FALSE(search.verdict.findings.empty()) << "seed " << seed;
+    EXPECT_EQ(search.verdict.findings[0].blame, Blame::kRank)
+        << "seed " << seed << ": " << search.verdict.findings[0].evidence;
+    EXPECT_EQ(search.verdict.findings[0].ranks, std::vector<int>{2});
+    EXPECT_EQ(search.verdict.findings.size(), 1u)
+        << "seed " << seed << ": " << search.verdict.findings.back().evidence;
+  }
+
+  // The same link slow all the time stands out of its controls: named.
+  Verdict link;
+  link.findings = {Blaming(Blame::kLink, {3, 1}, "latency")};
+  const auto controls = LinkControls(link, {1, 3}, ranks);
+  ASSERT_EQ(controls, (std::vector<std::pair<int, int>>{{0, 1}, {2, 3}}));
+  const Thresholds thresholds;
+  std::vector<Cell> again{{1, 3, 1.0, 300.0}, {3, 1, 1.0, 30.0},
+                          {0, 1, 1.0, 25.0},  {1, 0, 1.0, 26.0},
+                          {2, 3, 1.0, 24.0},  {3, 2, 1.0, 27.0}};
+  EXPECT_TRUE(
+      StandsOutOfItsControls(link.findings[0], controls, again, thresholds));
+  for (Cell& cell : again)
+    cell.latency_us *= cell.src == 1 && cell.dst == 3 ? 1 : 10;
+  EXPECT_FALSE(
+      StandsOutOfItsControls(link.findings[0], controls, again, thresholds));
+  // Nothing measured beside it: nothing to tell it from.
+  EXPECT_TRUE(StandsOutOfItsControls(link.findings[0], {}, again, thresholds));
 }
 
 // What both verdicts had is named, whichever of the two was the narrower.
