@@ -91,31 +91,40 @@ class Parser : private YamlReader {
     return text;
   }
 
-  absl::Status ParseAlloc(const YAML::Node& body, Step& step) {
-    if (auto s = CheckKeys(
-            body, "alloc",
-            {"name", "tensor", "shape", "dtype", "fill", "value", "rank_scale",
-             "step", "seed", "rank", "ranks", "values", "all"});
-        !s.ok()) {
-      return s;
+  // A tensor step's start: only its `keys`, and the tensor it names.
+  absl::Status TensorStep(const YAML::Node& body, const std::string& kind,
+                          const std::set<std::string>& keys, Step& step) {
+    CCL_RETURN_IF_ERROR(CheckKeys(body, kind, keys));
+    CCL_ASSIGN_OR_RETURN(step.tensor, TensorName(body, kind));
+    return absl::OkStatus();
+  }
+  // ... and the ranks it runs on.
+  absl::Status RankedTensorStep(const YAML::Node& body, const std::string& kind,
+                                const std::set<std::string>& keys, Step& step) {
+    CCL_RETURN_IF_ERROR(TensorStep(body, kind, keys, step));
+    return Ranks(body, step);
+  }
+  // `dtype`, when given, names a dtype.
+  absl::Status DTypeOf(const YAML::Node& body, Step& step) {
+    CCL_RETURN_IF_ERROR(Optional(body, "dtype", step.dtype));
+    if (auto parsed = ParseDType(step.dtype); body["dtype"] && !parsed.ok()) {
+      return Error(body["dtype"], std::string(parsed.status().message()));
     }
-    auto name = TensorName(body, "alloc");
-    if (!name.ok()) return name.status();
-    step.tensor = *name;
-    if (auto s = Ranks(body, step); !s.ok()) return s;
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseAlloc(const YAML::Node& body, Step& step) {
+    CCL_RETURN_IF_ERROR(RankedTensorStep(
+        body, "alloc",
+        {"name", "tensor", "shape", "dtype", "fill", "value", "rank_scale",
+         "step", "seed", "rank", "ranks", "values", "all"},
+        step));
     if (body["shape"]) {
       auto shape = ExprList(body["shape"], "shape", world_ids_);
       if (!shape.ok()) return shape.status();
       step.shape = *shape;
     }
-    if (body["dtype"]) {
-      auto dtype = Scalar(body["dtype"], "dtype");
-      if (!dtype.ok()) return dtype.status();
-      if (auto parsed = ParseDType(*dtype); !parsed.ok()) {
-        return Error(body["dtype"], std::string(parsed.status().message()));
-      }
-      step.dtype = *dtype;
-    }
+    CCL_RETURN_IF_ERROR(DTypeOf(body, step));
     if (auto s = ParseValues(body, step); !s.ok()) return s;
     if (!step.values.empty() || step.values_all) {
       if (body["fill"])
@@ -149,17 +158,9 @@ class Parser : private YamlReader {
     for (auto [key, target] : {std::pair{"value", &step.fill_value},
                                std::pair{"rank_scale", &step.fill_rank_scale},
                                std::pair{"step", &step.fill_step}}) {
-      if (!body[key]) continue;
-      auto e = Expr(body[key], key, world_ids_);
-      if (!e.ok()) return e.status();
-      *target = *e;
+      CCL_RETURN_IF_ERROR(Optional(body, key, world_ids_, *target));
     }
-    if (body["seed"]) {
-      auto seed = Int(body["seed"], "seed");
-      if (!seed.ok()) return seed.status();
-      step.seed = static_cast<uint64_t>(*seed);
-    }
-    return absl::OkStatus();
+    return Optional(body, "seed", step.seed);
   }
 
   // `values: [..]` (leading elements) or `all: expr` (every element).
@@ -185,34 +186,18 @@ class Parser : private YamlReader {
   }
 
   absl::Status ParseWrite(const YAML::Node& body, Step& step) {
-    if (auto s = CheckKeys(
-            body, "write",
-            {"name", "tensor", "rank", "ranks", "values", "all", "offset"});
-        !s.ok()) {
-      return s;
-    }
-    auto name = TensorName(body, "write");
-    if (!name.ok()) return name.status();
-    step.tensor = *name;
-    if (auto s = Ranks(body, step); !s.ok()) return s;
+    CCL_RETURN_IF_ERROR(RankedTensorStep(
+        body, "write",
+        {"name", "tensor", "rank", "ranks", "values", "all", "offset"}, step));
     if (auto s = ParseValues(body, step); !s.ok()) return s;
     if (step.values.empty() && !step.values_all) {
       return Error(body, "write needs 'values' or 'all'");
     }
-    if (body["offset"]) {
-      auto offset = Int(body["offset"], "offset");
-      if (!offset.ok()) return offset.status();
-      step.offset = *offset;
-    }
-    return absl::OkStatus();
+    return Optional(body, "offset", step.offset);
   }
 
   absl::Status ParseAsync(const YAML::Node& body, Step& step) {
-    if (body["async"]) {
-      auto async = Bool(body["async"], "async");
-      if (!async.ok()) return async.status();
-      step.async = *async;
-    }
+    CCL_RETURN_IF_ERROR(Optional(body, "async", step.async));
     if (body["as"]) {
       auto as = Scalar(body["as"], "as");
       if (!as.ok()) return as.status();
@@ -244,10 +229,7 @@ class Parser : private YamlReader {
       for (auto [key, target] :
            {std::pair{"tensor", &step.tensor}, std::pair{"input", &step.input},
             std::pair{"output", &step.output}}) {
-        if (!body[key]) continue;
-        auto text = Scalar(body[key], key);
-        if (!text.ok()) return text.status();
-        *target = *text;
+        CCL_RETURN_IF_ERROR(Optional(body, key, *target));
       }
       if (!step.tensor.empty() &&
           (!step.input.empty() || !step.output.empty())) {
@@ -266,55 +248,31 @@ class Parser : private YamlReader {
         return Error(body["op"], std::string(parsed.status().message()));
       step.reduce = *parsed;
     }
-    if (body["scale"]) {
-      auto scale = Expr(body["scale"], "scale", world_ids_);
-      if (!scale.ok()) return scale.status();
-      step.scale = *scale;
-    }
+    CCL_RETURN_IF_ERROR(Optional(body, "scale", world_ids_, step.scale));
     int roots = 0;
     for (const char* key : {"src", "dst", "root"}) {
       if (!body[key]) continue;
       ++roots;
-      auto root = Expr(body[key], key, world_ids_);
-      if (!root.ok()) return root.status();
-      step.root = *root;
+      CCL_RETURN_IF_ERROR(Optional(body, key, world_ids_, step.root));
     }
     if (roots > 1) return Error(body, "give one of 'src', 'dst', 'root'");
     return ParseAsync(body, step);
   }
 
   absl::Status ParseSend(const YAML::Node& body, Step& step) {
-    if (auto s = CheckKeys(
-            body, step.kind_name,
-            {"tensor", "name", "output", "from", "to", "async", "as", "recv"});
-        !s.ok()) {
-      return s;
-    }
-    auto name = TensorName(body, step.kind_name);
-    if (!name.ok()) return name.status();
-    step.tensor = *name;
-    if (body["output"]) {
-      auto output = Scalar(body["output"], "output");
-      if (!output.ok()) return output.status();
-      step.output = *output;
-    }
-    if (body["recv"]) {
-      auto recv = Bool(body["recv"], "recv");
-      if (!recv.ok()) return recv.status();
-      step.paired = *recv;
-    }
+    CCL_RETURN_IF_ERROR(TensorStep(
+        body, step.kind_name,
+        {"tensor", "name", "output", "from", "to", "async", "as", "recv"},
+        step));
+    CCL_RETURN_IF_ERROR(Optional(body, "output", step.output));
+    CCL_RETURN_IF_ERROR(Optional(body, "recv", step.paired));
     return ParsePointToPoint(body, step, "send", "from", "to");
   }
 
   absl::Status ParseRecv(const YAML::Node& body, Step& step) {
-    if (auto s = CheckKeys(body, step.kind_name,
-                           {"tensor", "name", "rank", "from", "async", "as"});
-        !s.ok()) {
-      return s;
-    }
-    auto name = TensorName(body, step.kind_name);
-    if (!name.ok()) return name.status();
-    step.tensor = *name;
+    CCL_RETURN_IF_ERROR(
+        TensorStep(body, step.kind_name,
+                   {"tensor", "name", "rank", "from", "async", "as"}, step));
     return ParsePointToPoint(body, step, "recv", "rank", "from");
   }
 
@@ -391,34 +349,17 @@ class Parser : private YamlReader {
       step.tensor = body.Scalar();
       return absl::OkStatus();
     }
-    if (auto s = CheckKeys(body, "read",
-                           {"name", "tensor", "rank", "ranks", "limit"});
-        !s.ok()) {
-      return s;
-    }
-    auto name = TensorName(body, "read");
-    if (!name.ok()) return name.status();
-    step.tensor = *name;
-    if (auto s = Ranks(body, step); !s.ok()) return s;
-    if (body["limit"]) {
-      auto limit = Int(body["limit"], "limit");
-      if (!limit.ok()) return limit.status();
-      step.limit = *limit;
-    }
-    return absl::OkStatus();
+    CCL_RETURN_IF_ERROR(RankedTensorStep(
+        body, "read", {"name", "tensor", "rank", "ranks", "limit"}, step));
+    return Optional(body, "limit", step.limit);
   }
 
   absl::Status ParseAssert(const YAML::Node& body, Step& step) {
-    if (auto s = CheckKeys(body, "assert",
-                           {"name", "tensor", "rank", "ranks", "equal", "close",
-                            "all", "expr", "tol"});
-        !s.ok()) {
-      return s;
-    }
-    auto name = TensorName(body, "assert");
-    if (!name.ok()) return name.status();
-    step.tensor = *name;
-    if (auto s = Ranks(body, step); !s.ok()) return s;
+    CCL_RETURN_IF_ERROR(
+        RankedTensorStep(body, "assert",
+                         {"name", "tensor", "rank", "ranks", "equal", "close",
+                          "all", "expr", "tol"},
+                         step));
     int given = 0;
     for (const char* key : {"equal", "close", "all", "expr"}) {
       const YAML::Node node = body[key];
@@ -497,34 +438,13 @@ class Parser : private YamlReader {
     if (step.min_bytes > step.max_bytes) {
       return Error(body, "'minbytes' is larger than 'maxbytes'");
     }
-    for (auto [key, target] :
-         {std::pair{"iters", &step.iters}, std::pair{"warmup", &step.warmup}}) {
-      if (!body[key]) continue;
-      auto n = Int(body[key], key);
-      if (!n.ok()) return n.status();
-      *target = static_cast<int>(*n);
-    }
+    CCL_RETURN_IF_ERROR(Optional(body, "iters", step.iters));
+    CCL_RETURN_IF_ERROR(Optional(body, "warmup", step.warmup));
     if (step.iters < 1)
       return Error(body["iters"], "'iters' must be at least 1");
-    if (body["dtype"]) {
-      auto dtype = Scalar(body["dtype"], "dtype");
-      if (!dtype.ok()) return dtype.status();
-      if (auto parsed = ParseDType(*dtype); !parsed.ok()) {
-        return Error(body["dtype"], std::string(parsed.status().message()));
-      }
-      step.dtype = *dtype;
-    }
-    if (body["root"]) {
-      auto root = Expr(body["root"], "root", world_ids_);
-      if (!root.ok()) return root.status();
-      step.root = *root;
-    }
-    if (body["check"]) {
-      auto check = Bool(body["check"], "check");
-      if (!check.ok()) return check.status();
-      step.check = *check;
-    }
-    return absl::OkStatus();
+    CCL_RETURN_IF_ERROR(DTypeOf(body, step));
+    CCL_RETURN_IF_ERROR(Optional(body, "root", world_ids_, step.root));
+    return Optional(body, "check", step.check);
   }
 
   absl::Status ParseRepeat(const YAML::Node& body, Step& step) {

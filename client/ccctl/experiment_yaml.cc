@@ -35,6 +35,15 @@ absl::StatusOr<bool> YamlReader::Bool(const YAML::Node& node,
   return value;
 }
 
+absl::Status YamlReader::Optional(const YAML::Node& body,
+                                  const std::string& key,
+                                  const std::set<std::string>& allowed,
+                                  Expression& target) const {
+  if (!body[key]) return absl::OkStatus();
+  CCL_ASSIGN_OR_RETURN(target, Expr(body[key], key, allowed));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Expression> YamlReader::Expr(
     const YAML::Node& node, const std::string& key,
     const std::set<std::string>& allowed) const {
