@@ -110,55 +110,50 @@ void Free(int device, void* data) {
   cudaFree(data);
 }
 
-absl::Status CopyToDevice(int device, void* dst, const void* src,
-                          size_t bytes) {
+namespace {
+
+// Host <-> device through the device's pinned staging buffer, a chunk at a
+// time; a pageable copy where no buffer could be pinned.
+absl::Status StagedCopy(int device, void* dst, const void* src, size_t bytes,
+                        cudaMemcpyKind kind) {
   if (bytes == 0) return absl::OkStatus();
+  const bool to_device = kind == cudaMemcpyHostToDevice;
   CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   PinnedStaging& staging = StagingFor(device);
   std::lock_guard<std::mutex> lock(staging.mutex);
   if (!EnsureStaging(staging)) {
-    CCL_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-    // Pageable copies may return before the DMA lands; ops run on other
-    // streams, so finish here.
-    CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, kind));
+    // Pageable copies to the device may return before the DMA lands; ops
+    // run on other streams, so finish here.
+    if (to_device) CCL_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
     return absl::OkStatus();
   }
   auto* out = static_cast<std::byte*>(dst);
   const auto* in = static_cast<const std::byte*>(src);
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(kPinnedBytes, bytes - done);
-    std::memcpy(staging.buffer, in + done, n);
+    if (to_device) std::memcpy(staging.buffer, in + done, n);
     CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        out + done, staging.buffer, n, cudaMemcpyHostToDevice, staging.stream));
+        to_device ? static_cast<void*>(out + done) : staging.buffer,
+        to_device ? staging.buffer : static_cast<const void*>(in + done), n,
+        kind, staging.stream));
     // The copy has landed (and the buffer is free again) once this returns.
     CCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(staging.stream));
+    if (!to_device) std::memcpy(out + done, staging.buffer, n);
     done += n;
   }
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status CopyToDevice(int device, void* dst, const void* src,
+                          size_t bytes) {
+  return StagedCopy(device, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
 absl::Status CopyToHost(int device, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  CCL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  PinnedStaging& staging = StagingFor(device);
-  std::lock_guard<std::mutex> lock(staging.mutex);
-  if (!EnsureStaging(staging)) {
-    CCL_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-    return absl::OkStatus();
-  }
-  auto* out = static_cast<std::byte*>(dst);
-  const auto* in = static_cast<const std::byte*>(src);
-  for (size_t done = 0; done < bytes;) {
-    const size_t n = std::min(kPinnedBytes, bytes - done);
-    CCL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        staging.buffer, in + done, n, cudaMemcpyDeviceToHost, staging.stream));
-    CCL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(staging.stream));
-    std::memcpy(out + done, staging.buffer, n);
-    done += n;
-  }
-  return absl::OkStatus();
+  return StagedCopy(device, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 absl::Status FillZeros(int device, void* data, size_t bytes) {
