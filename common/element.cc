@@ -91,6 +91,21 @@ constexpr SmallFloat kBFloat16{8, 7, true};
 constexpr SmallFloat kE4M3{4, 3, false};
 constexpr SmallFloat kE5M2{5, 2, true};
 
+const SmallFloat* NarrowFormat(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return &kHalf;
+    case DType::kBFloat16:
+      return &kBFloat16;
+    case DType::kFp8E4M3:
+      return &kE4M3;
+    case DType::kFp8E5M2:
+      return &kE5M2;
+    default:
+      return nullptr;
+  }
+}
+
 template <typename T>
 T SaturatingCast(double value) {
   if (std::isnan(value)) return 0;
@@ -116,22 +131,15 @@ void StoreAs(void* data, size_t index, T value) {
 
 }  // namespace
 
-uint16_t DoubleToHalf(double v) {
-  return static_cast<uint16_t>(kHalf.Encode(v));
+uint32_t EncodeNarrowFloat(DType dtype, double value) {
+  const SmallFloat* format = NarrowFormat(dtype);
+  return format == nullptr ? 0 : format->Encode(value);
 }
-double HalfToDouble(uint16_t b) { return kHalf.Decode(b); }
-uint16_t DoubleToBFloat16(double v) {
-  return static_cast<uint16_t>(kBFloat16.Encode(v));
+
+double DecodeNarrowFloat(DType dtype, uint32_t bits) {
+  const SmallFloat* format = NarrowFormat(dtype);
+  return format == nullptr ? 0 : format->Decode(bits);
 }
-double BFloat16ToDouble(uint16_t b) { return kBFloat16.Decode(b); }
-uint8_t DoubleToFp8E4M3(double v) {
-  return static_cast<uint8_t>(kE4M3.Encode(v));
-}
-double Fp8E4M3ToDouble(uint8_t b) { return kE4M3.Decode(b); }
-uint8_t DoubleToFp8E5M2(double v) {
-  return static_cast<uint8_t>(kE5M2.Encode(v));
-}
-double Fp8E5M2ToDouble(uint8_t b) { return kE5M2.Decode(b); }
 
 double LoadElement(DType dtype, const void* data, size_t index) {
   switch (dtype) {
@@ -140,9 +148,9 @@ double LoadElement(DType dtype, const void* data, size_t index) {
     case DType::kFloat64:
       return LoadAs<double>(data, index);
     case DType::kFloat16:
-      return HalfToDouble(LoadAs<uint16_t>(data, index));
+      return kHalf.Decode(LoadAs<uint16_t>(data, index));
     case DType::kBFloat16:
-      return BFloat16ToDouble(LoadAs<uint16_t>(data, index));
+      return kBFloat16.Decode(LoadAs<uint16_t>(data, index));
     case DType::kInt8:
       return LoadAs<int8_t>(data, index);
     case DType::kUInt8:
@@ -152,9 +160,9 @@ double LoadElement(DType dtype, const void* data, size_t index) {
     case DType::kInt64:
       return static_cast<double>(LoadAs<int64_t>(data, index));
     case DType::kFp8E4M3:
-      return Fp8E4M3ToDouble(LoadAs<uint8_t>(data, index));
+      return kE4M3.Decode(LoadAs<uint8_t>(data, index));
     case DType::kFp8E5M2:
-      return Fp8E5M2ToDouble(LoadAs<uint8_t>(data, index));
+      return kE5M2.Decode(LoadAs<uint8_t>(data, index));
   }
   return 0;
 }
@@ -166,9 +174,11 @@ void StoreElement(DType dtype, void* data, size_t index, double value) {
     case DType::kFloat64:
       return StoreAs<double>(data, index, value);
     case DType::kFloat16:
-      return StoreAs<uint16_t>(data, index, DoubleToHalf(value));
+      return StoreAs<uint16_t>(data, index,
+                               static_cast<uint16_t>(kHalf.Encode(value)));
     case DType::kBFloat16:
-      return StoreAs<uint16_t>(data, index, DoubleToBFloat16(value));
+      return StoreAs<uint16_t>(data, index,
+                               static_cast<uint16_t>(kBFloat16.Encode(value)));
     case DType::kInt8:
       return StoreAs<int8_t>(data, index, SaturatingCast<int8_t>(value));
     case DType::kUInt8:
@@ -178,9 +188,11 @@ void StoreElement(DType dtype, void* data, size_t index, double value) {
     case DType::kInt64:
       return StoreAs<int64_t>(data, index, SaturatingCast<int64_t>(value));
     case DType::kFp8E4M3:
-      return StoreAs<uint8_t>(data, index, DoubleToFp8E4M3(value));
+      return StoreAs<uint8_t>(data, index,
+                              static_cast<uint8_t>(kE4M3.Encode(value)));
     case DType::kFp8E5M2:
-      return StoreAs<uint8_t>(data, index, DoubleToFp8E5M2(value));
+      return StoreAs<uint8_t>(data, index,
+                              static_cast<uint8_t>(kE5M2.Encode(value)));
   }
 }
 

@@ -16,15 +16,12 @@ double LoadElement(DType dtype, const void* data, size_t index);
 // narrow float types and saturating (truncating toward zero) for integers.
 void StoreElement(DType dtype, void* data, size_t index, double value);
 
-// IEEE-style small floats, exposed for tests and the Gloo reduce functions.
-uint16_t DoubleToHalf(double value);
-double HalfToDouble(uint16_t bits);
-uint16_t DoubleToBFloat16(double value);
-double BFloat16ToDouble(uint16_t bits);
-uint8_t DoubleToFp8E4M3(double value);
-double Fp8E4M3ToDouble(uint8_t bits);
-uint8_t DoubleToFp8E5M2(double value);
-double Fp8E5M2ToDouble(uint8_t bits);
+// The narrow float dtypes (float16, bfloat16, fp8_e4m3, fp8_e5m2) as bits:
+// the bits of `dtype` nearest `value` (round to nearest even, inf past the
+// largest finite value where the format has inf, NaN where it has not), and
+// the value of `bits`. Exposed for tests; 0 for any other dtype.
+uint32_t EncodeNarrowFloat(DType dtype, double value);
+double DecodeNarrowFloat(DType dtype, uint32_t bits);
 
 // `value` as an element of `dtype` holds it (StoreElement then LoadElement).
 double RoundToDType(DType dtype, double value);

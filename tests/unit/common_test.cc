@@ -38,33 +38,42 @@ TEST(TypesTest, ParsesTorchNamesAndAliases) {
 }
 
 TEST(ElementTest, HalfMatchesKnownEncodings) {
-  EXPECT_EQ(DoubleToHalf(1.0), 0x3C00);
-  EXPECT_EQ(DoubleToHalf(-2.0), 0xC000);
-  EXPECT_EQ(DoubleToHalf(65504.0), 0x7BFF);
-  EXPECT_EQ(DoubleToHalf(1e6), 0x7C00);                    // overflow -> inf
-  EXPECT_EQ(DoubleToHalf(5.960464477539063e-08), 0x0001);  // smallest subnormal
-  EXPECT_DOUBLE_EQ(HalfToDouble(0x3555), 0.333251953125);
-  EXPECT_TRUE(std::isnan(HalfToDouble(DoubleToHalf(NAN))));
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFloat16, 1.0), 0x3C00);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFloat16, -2.0), 0xC000);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFloat16, 65504.0), 0x7BFF);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFloat16, 1e6),
+            0x7C00);  // overflow -> inf
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFloat16, 5.960464477539063e-08),
+            0x0001);  // smallest subnormal
+  EXPECT_DOUBLE_EQ(DecodeNarrowFloat(DType::kFloat16, 0x3555), 0.333251953125);
+  EXPECT_TRUE(std::isnan(DecodeNarrowFloat(
+      DType::kFloat16, EncodeNarrowFloat(DType::kFloat16, NAN))));
 }
 
 TEST(ElementTest, BFloat16RoundsToNearestEven) {
-  EXPECT_EQ(DoubleToBFloat16(1.0), 0x3F80);
-  EXPECT_EQ(DoubleToBFloat16(3.0), 0x4040);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kBFloat16, 1.0), 0x3F80);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kBFloat16, 3.0), 0x4040);
   // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
-  EXPECT_EQ(DoubleToBFloat16(1.0 + std::ldexp(1.0, -8)), 0x3F80);
-  EXPECT_DOUBLE_EQ(BFloat16ToDouble(0x4049), 3.140625);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kBFloat16, 1.0 + std::ldexp(1.0, -8)),
+            0x3F80);
+  EXPECT_DOUBLE_EQ(DecodeNarrowFloat(DType::kBFloat16, 0x4049), 3.140625);
 }
 
 TEST(ElementTest, Fp8FormatsRoundTripAndSaturate) {
-  EXPECT_EQ(DoubleToFp8E4M3(448.0), 0x7E);
-  EXPECT_TRUE(std::isnan(Fp8E4M3ToDouble(DoubleToFp8E4M3(1000.0))));
-  EXPECT_EQ(DoubleToFp8E4M3(1.0), 0x38);
-  EXPECT_EQ(DoubleToFp8E5M2(1.0), 0x3C);
-  EXPECT_EQ(DoubleToFp8E5M2(57344.0), 0x7B);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFp8E4M3, 448.0), 0x7E);
+  EXPECT_TRUE(std::isnan(DecodeNarrowFloat(
+      DType::kFp8E4M3, EncodeNarrowFloat(DType::kFp8E4M3, 1000.0))));
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFp8E4M3, 1.0), 0x38);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFp8E5M2, 1.0), 0x3C);
+  EXPECT_EQ(EncodeNarrowFloat(DType::kFp8E5M2, 57344.0), 0x7B);
   for (int bits = 0; bits < 256; ++bits) {
-    const double value = Fp8E4M3ToDouble(static_cast<uint8_t>(bits));
+    const double value =
+        DecodeNarrowFloat(DType::kFp8E4M3, static_cast<uint8_t>(bits));
     if (!std::isnan(value)) {
-      EXPECT_EQ(Fp8E4M3ToDouble(DoubleToFp8E4M3(value)), value) << bits;
+      EXPECT_EQ(DecodeNarrowFloat(DType::kFp8E4M3,
+                                  EncodeNarrowFloat(DType::kFp8E4M3, value)),
+                value)
+          << bits;
     }
   }
 }

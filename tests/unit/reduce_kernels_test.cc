@@ -41,14 +41,13 @@ void ExpectDecodeAgrees(int bits_count, double (*reference)(uint32_t)) {
 
 TEST(NarrowFloat, DecodeAgreesWithElementForEveryValue) {
   ExpectDecodeAgrees<Float16Format>(
-      16, [](uint32_t b) { return HalfToDouble(static_cast<uint16_t>(b)); });
-  ExpectDecodeAgrees<BFloat16Format>(16, [](uint32_t b) {
-    return BFloat16ToDouble(static_cast<uint16_t>(b));
-  });
+      16, [](uint32_t b) { return DecodeNarrowFloat(DType::kFloat16, b); });
+  ExpectDecodeAgrees<BFloat16Format>(
+      16, [](uint32_t b) { return DecodeNarrowFloat(DType::kBFloat16, b); });
   ExpectDecodeAgrees<Fp8E4M3Format>(
-      8, [](uint32_t b) { return Fp8E4M3ToDouble(static_cast<uint8_t>(b)); });
+      8, [](uint32_t b) { return DecodeNarrowFloat(DType::kFp8E4M3, b); });
   ExpectDecodeAgrees<Fp8E5M2Format>(
-      8, [](uint32_t b) { return Fp8E5M2ToDouble(static_cast<uint8_t>(b)); });
+      8, [](uint32_t b) { return DecodeNarrowFloat(DType::kFp8E5M2, b); });
   for (uint32_t b = 0; b < 65536; ++b) {
     const float want = BFloat16Format::Decode(b);
     const float got = BFloat16BitsToFloat(static_cast<uint16_t>(b));

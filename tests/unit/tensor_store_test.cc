@@ -113,7 +113,7 @@ TEST(TensorStoreTest, FillValuesFollowRankAndSeed) {
   // The constant fast path replicates the encoded element exactly.
   std::vector<uint16_t> half(1001);
   FillBuffer(DType::kFloat16, half.data(), 1001, {FillKind::kConstant, 1.5}, 0);
-  for (uint16_t h : half) ASSERT_EQ(h, DoubleToHalf(1.5));
+  for (uint16_t h : half) ASSERT_EQ(h, EncodeNarrowFloat(DType::kFloat16, 1.5));
 }
 
 TEST(TensorStoreTest, RejectsDuplicatesUnknownAndBadSpecs) {
