@@ -23,8 +23,6 @@ namespace {
 
 using nccl::Backoff;
 using nccl::Clock;
-using nccl::CommState;
-using nccl::IsError;
 
 class NcclWork final : public CommWork {
  public:
@@ -333,7 +331,7 @@ absl::Status NcclCommunicator::ExchangeOn(Lane& lane, bool p2p, int peer,
       Backoff backoff;
       while (r == ncclInProgress && Clock::now() < deadline) {
         backoff.Pause();
-        r = CommState(lane.comm);
+        r = nccl::CommState(lane.comm);
       }
     } else {
       r = ncclAllGather(device + out_bytes, device, bytes, ncclUint8, lane.comm,
