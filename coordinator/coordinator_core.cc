@@ -486,12 +486,7 @@ CoordinatorCore::Member& CoordinatorCore::RecordMemberLocked(
       kv_.Set(generation_, PeerAddressKey(rank), request.address, deferred);
     }
   }
-  member->address = request.address;
-  member->host = request.host;
-  member->host_id = request.host_id;
-  member->boot_id = request.boot_id;
-  member->device_bus_id = request.device_bus_id;
-  member->device = request.device;
+  member->place() = request.place();
   if (!claim.empty()) gpu_claims_[claim] = rank;
   member->last_seen = Now();
   member->resume_generation = request.resume_generation;

@@ -72,17 +72,7 @@ using ::ccl::MemberInfo;
 // The world's snapshot (common/membership_types.h).
 using ::ccl::WorldInfo;
 
-struct RegisterRequest {
-  std::string address;
-  std::string host;
-  // The host and GPU NCCL takes the worker to be (the proto's
-  // RegisterRequest says how): a registration that claims the GPU of a
-  // live member on the same host is refused, since NCCL would refuse the
-  // world. Empty device_bus_id: not a GPU.
-  std::string host_id;
-  std::string boot_id;
-  std::string device_bus_id;
-  Device device;
+struct RegisterRequest : WorkerPlace {
   std::optional<int> requested_rank;
   // Empty means anonymous: such a worker cannot reclaim its rank later.
   std::string worker_id;

@@ -28,7 +28,7 @@ class Roster {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  class Member {
+  class Member : public WorkerPlace {
    public:
     MemberState state() const { return state_; }
     // Holds the rank: joining or ready (lost and left members keep their
@@ -38,13 +38,6 @@ class Roster {
     }
 
     uint64_t serial = 0;  // Tells registrations of one rank apart.
-    std::string address;
-    std::string host;
-    // As registered (RegisterRequest in coordinator_core.h).
-    std::string host_id;
-    std::string boot_id;
-    std::string device_bus_id;
-    Device device;
     TimePoint last_seen;
     std::string worker_id;
     // Issued at registration (CoordinatorCore::Register); proves the worker.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -18,6 +19,23 @@ using ::ccl::MemberState;
 using ::ccl::MemberStateName;
 using ::ccl::WorldState;
 using ::ccl::WorldStateName;
+
+// Where a worker runs, as it registers it and as its roster entry keeps it.
+struct WorkerPlace {
+  std::string address;  // host:port of its gRPC server
+  std::string host;
+  // The host and GPU NCCL takes the worker to be (the proto's
+  // RegisterRequest says how): a registration that claims the GPU of a
+  // live member on the same host is refused, since NCCL would refuse the
+  // world. Empty device_bus_id: not a GPU.
+  std::string host_id;
+  std::string boot_id;
+  std::string device_bus_id;
+  Device device;
+
+  WorkerPlace& place() { return *this; }
+  const WorkerPlace& place() const { return *this; }
+};
 
 // Identifies a parked call so that its caller can cancel it (the client went
 // away).
