@@ -183,24 +183,22 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
   app.add_flag("--rank-from-hostname", f.rank_from_hostname,
                "request the rank a StatefulSet pod name ends in (name-N)")
       ->envname("CCL_RANK_FROM_HOSTNAME");
-  app.add_option("--max-message-bytes", f.limits.max_message_bytes,
-                 "largest gRPC message the worker receives")
-      ->capture_default_str();
-  app.add_option("--max-tensors", f.limits.max_tensors,
-                 "most tensors this worker holds at once")
-      ->capture_default_str();
-  app.add_option("--max-shape-rank", f.limits.max_shape_rank,
-                 "most dimensions of a tensor shape")
-      ->capture_default_str();
-  app.add_option("--max-tensor-elements", f.limits.max_tensor_elements,
-                 "most elements of one tensor")
-      ->capture_default_str();
-  app.add_option("--max-name-length", f.limits.max_name_length,
-                 "longest tensor or group name")
-      ->capture_default_str();
-  app.add_option("--max-groups", f.limits.max_groups,
-                 "most groups (communicators) this worker knows")
-      ->capture_default_str();
+  // The request limits (server/rpc/request_limits.h), each with its default.
+  auto limit = [&app](const char* flag, auto& value, const char* what) {
+    app.add_option(flag, value, what)->capture_default_str();
+  };
+  limit("--max-message-bytes", f.limits.max_message_bytes,
+        "largest gRPC message the worker receives");
+  limit("--max-tensors", f.limits.max_tensors,
+        "most tensors this worker holds at once");
+  limit("--max-shape-rank", f.limits.max_shape_rank,
+        "most dimensions of a tensor shape");
+  limit("--max-tensor-elements", f.limits.max_tensor_elements,
+        "most elements of one tensor");
+  limit("--max-name-length", f.limits.max_name_length,
+        "longest tensor or group name");
+  limit("--max-groups", f.limits.max_groups,
+        "most groups (communicators) this worker knows");
   ccl::AddSecurityFlags(app, f.security, ccl::SecurityFlagSet::kServer);
 }
 
