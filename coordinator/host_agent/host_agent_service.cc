@@ -299,8 +299,9 @@ grpc::ServerWriteReactor<v1::RegisterHostReply>* HostAgentService::RegisterHost(
       "send RegisterHost to the coordinator"));
 }
 
-// Twelve identical pass-throughs; the stub's async methods are overloaded
-// (callback and reactor forms), so each needs its signature spelled out.
+// The identical pass-throughs of every method but Register; the stub's async
+// methods are overloaded (callback and reactor forms), so each needs its
+// signature spelled out.
 #define CCL_FORWARD(Method, Request, Response)                             \
   grpc::ServerUnaryReactor* HostAgentService::Method(                      \
       grpc::CallbackServerContext* context, const v1::Request* request,    \
@@ -311,20 +312,7 @@ grpc::ServerWriteReactor<v1::RegisterHostReply>* HostAgentService::RegisterHost(
                        v1::Response*, std::function<void(grpc::Status)>)>( \
                        &v1::Coordinator::Stub::async::Method));            \
   }
-CCL_FORWARD(Heartbeat, HeartbeatRequest, HeartbeatResponse)
-CCL_FORWARD(Deregister, DeregisterRequest, DeregisterResponse)
-CCL_FORWARD(GetWorld, GetWorldRequest, World)
-CCL_FORWARD(KvSet, KvSetRequest, KvSetResponse)
-CCL_FORWARD(KvGet, KvGetRequest, KvGetResponse)
-CCL_FORWARD(KvWait, KvWaitRequest, KvWaitResponse)
-CCL_FORWARD(KvAdd, KvAddRequest, KvAddResponse)
-CCL_FORWARD(KvCompareSet, KvCompareSetRequest, KvCompareSetResponse)
-CCL_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse)
-CCL_FORWARD(ReserveSequence, ReserveSequenceRequest, ReserveSequenceResponse)
-CCL_FORWARD(PostUniqueId, PostUniqueIdRequest, PostUniqueIdResponse)
-CCL_FORWARD(GetUniqueId, GetUniqueIdRequest, GetUniqueIdResponse)
-CCL_FORWARD(AwaitSequenceHolder, AwaitSequenceHolderRequest,
-            AwaitSequenceHolderResponse)
+CCL_COORDINATOR_PLAIN_METHODS(CCL_FORWARD)
 #undef CCL_FORWARD
 
 }  // namespace ccl::coordinator

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ccl/v1/coordinator.grpc.pb.h"
+#include "coordinator/coordinator_methods.h"
 #include "coordinator/host_agent/registration_batcher.h"
 
 namespace ccl::coordinator {
@@ -50,51 +51,8 @@ class HostAgentService final : public v1::Coordinator::CallbackService {
   grpc::ServerWriteReactor<v1::RegisterHostReply>* RegisterHost(
       grpc::CallbackServerContext* context,
       const v1::RegisterHostRequest* request) override;
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
-                                      const v1::HeartbeatRequest* request,
-                                      v1::HeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* Deregister(
-      grpc::CallbackServerContext* context,
-      const v1::DeregisterRequest* request,
-      v1::DeregisterResponse* response) override;
-  grpc::ServerUnaryReactor* GetWorld(grpc::CallbackServerContext* context,
-                                     const v1::GetWorldRequest* request,
-                                     v1::World* response) override;
-  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
-                                  const v1::KvSetRequest* request,
-                                  v1::KvSetResponse* response) override;
-  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
-                                  const v1::KvGetRequest* request,
-                                  v1::KvGetResponse* response) override;
-  grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* context,
-                                   const v1::KvWaitRequest* request,
-                                   v1::KvWaitResponse* response) override;
-  grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* context,
-                                  const v1::KvAddRequest* request,
-                                  v1::KvAddResponse* response) override;
-  grpc::ServerUnaryReactor* KvCompareSet(
-      grpc::CallbackServerContext* context,
-      const v1::KvCompareSetRequest* request,
-      v1::KvCompareSetResponse* response) override;
-  grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
-                                     const v1::KvDeleteRequest* request,
-                                     v1::KvDeleteResponse* response) override;
-  grpc::ServerUnaryReactor* AwaitSequenceHolder(
-      grpc::CallbackServerContext* context,
-      const v1::AwaitSequenceHolderRequest* request,
-      v1::AwaitSequenceHolderResponse* response) override;
-  grpc::ServerUnaryReactor* ReserveSequence(
-      grpc::CallbackServerContext* context,
-      const v1::ReserveSequenceRequest* request,
-      v1::ReserveSequenceResponse* response) override;
-  grpc::ServerUnaryReactor* PostUniqueId(
-      grpc::CallbackServerContext* context,
-      const v1::PostUniqueIdRequest* request,
-      v1::PostUniqueIdResponse* response) override;
-  grpc::ServerUnaryReactor* GetUniqueId(
-      grpc::CallbackServerContext* context,
-      const v1::GetUniqueIdRequest* request,
-      v1::GetUniqueIdResponse* response) override;
+
+  CCL_COORDINATOR_PLAIN_METHODS(CCL_DECLARE_COORDINATOR_METHOD)
 
   class MemberCall;  // a worker's Register, in host_agent_service.cc
 
