@@ -112,6 +112,21 @@ std::vector<Skew> MeasureSkew(const std::vector<Rank>& ranks,
 
 namespace {
 
+// A cell against its saved self: bandwidth now over then, latency then over
+// now, the worse of the two where both were measured; 0 when neither can be
+// compared.
+double BaselineRatio(const Cell& now, const Cell& then) {
+  if (then.broken()) return 0;
+  const double bw = then.bandwidth_gbps > 0 && now.bandwidth_gbps > 0
+                        ? now.bandwidth_gbps / then.bandwidth_gbps
+                        : 0;
+  const double lat = then.latency_us > 0 && now.latency_us > 0
+                         ? then.latency_us / now.latency_us
+                         : 0;
+  if (bw > 0 && lat > 0) return std::min(bw, lat);
+  return std::max(bw, lat);
+}
+
 // One metric's cells as "goodness" (higher is better: a bandwidth, the
 // inverse of a latency, a ratio to the baseline), by member index.
 struct Sample {
@@ -753,16 +768,7 @@ Verdict Judge(const std::vector<Rank>& ranks, const std::vector<Cell>& cells,
     for (const Cell& cell : *baseline) saved[{cell.src, cell.dst}] = &cell;
     auto ratio = [&](const Cell& cell) {
       auto it = saved.find({cell.src, cell.dst});
-      if (it == saved.end() || it->second->broken()) return 0.0;
-      const Cell& then = *it->second;
-      double bw = then.bandwidth_gbps > 0 && cell.bandwidth_gbps > 0
-                      ? cell.bandwidth_gbps / then.bandwidth_gbps
-                      : 0;
-      double lat = then.latency_us > 0 && cell.latency_us > 0
-                       ? then.latency_us / cell.latency_us
-                       : 0;
-      if (bw > 0 && lat > 0) return std::min(bw, lat);
-      return std::max(bw, lat);
+      return it == saved.end() ? 0.0 : BaselineRatio(cell, *it->second);
     };
     const Metric against{"baseline", thresholds.baseline_tolerance, Identity,
                          "x"};
@@ -885,7 +891,7 @@ std::pair<int, int> Ordered(int a, int b) {
 }
 
 bool IsSpeed(const std::string& metric) {
-  return metric == "bandwidth" || metric == "latency";
+  return metric == "bandwidth" || metric == "latency" || metric == "baseline";
 }
 
 bool IsSpeedLink(const Finding& f) {
@@ -963,19 +969,31 @@ Rounds ConfirmationRounds(const Verdict& verdict,
 bool StandsOutOfItsControls(const Finding& link,
                             const std::vector<std::pair<int, int>>& controls,
                             const std::vector<Cell>& again,
-                            const Thresholds& thresholds) {
+                            const Thresholds& thresholds,
+                            const std::vector<Cell>* baseline) {
   if (!IsSpeedLink(link)) return true;
+  std::map<std::pair<int, int>, const Cell*> saved;
+  if (baseline != nullptr) {
+    for (const Cell& cell : *baseline) saved[{cell.src, cell.dst}] = &cell;
+  }
+  // A cell's goodness by `metric`, higher better (a bandwidth, the inverse
+  // of a latency, the ratio to its baseline); 0 when it has none.
+  auto goodness = [&](const Cell& cell, const std::string& metric) {
+    if (metric == "bandwidth") return cell.bandwidth_gbps;
+    if (metric == "latency") {
+      return cell.latency_us > 0 ? 1 / cell.latency_us : 0.0;
+    }
+    auto it = saved.find({cell.src, cell.dst});
+    return it == saved.end() ? 0.0 : BaselineRatio(cell, *it->second);
+  };
   // The worse of a pair's two directions as `again` measured them; 0 when
   // neither was.
-  auto worse = [&](std::pair<int, int> pair, bool latency) {
+  auto worse = [&](std::pair<int, int> pair, const std::string& metric) {
     double figure = 0;
     for (const Cell& cell : again) {
       if (Ordered(cell.src, cell.dst) != pair || cell.broken()) continue;
-      const double value = latency ? cell.latency_us : cell.bandwidth_gbps;
-      if (value <= 0) continue;
-      figure = figure == 0 ? value
-               : latency   ? std::max(figure, value)
-                           : std::min(figure, value);
+      const double value = goodness(cell, metric);
+      if (value > 0) figure = figure == 0 ? value : std::min(figure, value);
     }
     return figure;
   };
@@ -984,22 +1002,21 @@ bool StandsOutOfItsControls(const Finding& link,
   bool compared = false;
   for (const std::string& metric : metrics) {
     if (!IsSpeed(metric)) continue;
-    const bool latency = metric == "latency";
-    const double suspect =
-        worse(Ordered(link.ranks[0], link.ranks[1]), latency);
+    const double suspect = worse(Ordered(link.ranks[0], link.ranks[1]), metric);
     std::vector<double> beside;
     for (const auto& control : controls) {
-      if (const double figure = worse(control, latency); figure > 0) {
+      if (const double figure = worse(control, metric); figure > 0) {
         beside.push_back(figure);
       }
     }
     if (suspect <= 0 || beside.empty()) continue;
     compared = true;
-    const double reference = Median(beside);
-    if (latency ? suspect >= reference * (1 + thresholds.latency_tolerance)
-                : suspect <= reference * (1 - thresholds.bandwidth_tolerance)) {
-      return true;
-    }
+    // A latency (1 + t) times its reference is a goodness 1 / (1 + t) of it.
+    const double most =
+        metric == "bandwidth" ? 1 - thresholds.bandwidth_tolerance
+        : metric == "latency" ? 1 / (1 + thresholds.latency_tolerance)
+                              : 1 - thresholds.baseline_tolerance;
+    if (suspect <= Median(beside) * most) return true;
   }
   return !compared;
 }
@@ -1165,7 +1182,7 @@ absl::Status Examine(const std::vector<Rank>& ranks,
              !StandsOutOfItsControls(
                  f,
                  LinkControls(current, Ordered(f.ranks[0], f.ranks[1]), ranks),
-                 again, options.thresholds);
+                 again, options.thresholds, options.baseline);
     });
     search.verdict = Confirmed(current, next, ranks);
     // Every finding seen twice: done. Otherwise the new suspects are the

@@ -158,13 +158,15 @@ std::vector<std::pair<int, int>> LinkControls(const Verdict& verdict,
                                               const std::vector<Rank>& ranks);
 // Whether link finding `link` is still slow next to its `controls` as
 // `again` measured them, by one of the metrics that named it (bandwidth,
-// latency) and that metric's tolerance: the worse direction of the link
-// against the median of the controls' worse directions. True when there is
-// nothing to compare with (no control measured, or no such metric).
+// latency, or the ratio to `baseline`'s cells) and that metric's tolerance:
+// the worse direction of the link against the median of the controls'
+// worse directions. True when there is nothing to compare with (no control
+// measured, or no such metric).
 bool StandsOutOfItsControls(const Finding& link,
                             const std::vector<std::pair<int, int>>& controls,
                             const std::vector<Cell>& again,
-                            const Thresholds& thresholds);
+                            const Thresholds& thresholds,
+                            const std::vector<Cell>* baseline = nullptr);
 // Each cell of `cells` that `again` measured keeps the better figure of the
 // two (bandwidth the higher, latency the lower): a fault is slow both
 // times, chance is rarely slow twice.

@@ -264,6 +264,23 @@ TEST(DoctorJudgeTest, ALinkSlowOnlyWhileEverythingIsSlowIsNotNamed) {
       StandsOutOfItsControls(link.findings[0], controls, again, thresholds));
   // Nothing measured beside it: nothing to tell it from.
   EXPECT_TRUE(StandsOutOfItsControls(link.findings[0], {}, again, thresholds));
+
+  // Against a baseline: the link's ratio to its saved self against its
+  // controls' ratios. Everything at a tenth of its baseline is the moment.
+  Finding against = Blaming(Blame::kLink, {1, 3}, "baseline");
+  std::vector<Cell> saved;
+  for (const Cell& cell : again)
+    saved.push_back({cell.src, cell.dst, 1.0, 25.0});
+  std::vector<Cell> now;
+  for (const Cell& cell : saved)
+    now.push_back({cell.src, cell.dst, 0.1, 250.0});
+  EXPECT_FALSE(
+      StandsOutOfItsControls(against, controls, now, thresholds, &saved));
+  now[0].latency_us = 2500;  // 1 -> 3 at a hundredth
+  EXPECT_TRUE(
+      StandsOutOfItsControls(against, controls, now, thresholds, &saved));
+  // No baseline to compare with: nothing to tell it from.
+  EXPECT_TRUE(StandsOutOfItsControls(against, controls, now, thresholds));
 }
 
 // What both verdicts had is named, whichever of the two was the narrower.
