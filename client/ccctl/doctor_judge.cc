@@ -894,10 +894,46 @@ bool IsSpeed(const std::string& metric) {
   return metric == "bandwidth" || metric == "latency" || metric == "baseline";
 }
 
+bool NamedBySpeed(const Finding& f) {
+  return IsSpeed(f.metric) ||
+         std::any_of(f.also_by.begin(), f.also_by.end(), IsSpeed);
+}
+
 bool IsSpeedLink(const Finding& f) {
-  return f.blame == Blame::kLink && f.ranks.size() == 2 &&
-         (IsSpeed(f.metric) ||
-          std::any_of(f.also_by.begin(), f.also_by.end(), IsSpeed));
+  return f.blame == Blame::kLink && f.ranks.size() == 2 && NamedBySpeed(f);
+}
+
+bool IsSpeedRank(const Finding& f) {
+  return f.blame == Blame::kRank && f.ranks.size() == 1 && NamedBySpeed(f);
+}
+
+// A cell's goodness by `metric`, higher better: a bandwidth, the inverse of
+// a latency, the ratio to its saved self in `saved`; 0 when it has none.
+double Goodness(const Cell& cell, const std::string& metric,
+                const std::map<std::pair<int, int>, const Cell*>& saved) {
+  if (metric == "bandwidth") return cell.bandwidth_gbps;
+  if (metric == "latency") {
+    return cell.latency_us > 0 ? 1 / cell.latency_us : 0.0;
+  }
+  auto it = saved.find({cell.src, cell.dst});
+  return it == saved.end() ? 0.0 : BaselineRatio(cell, *it->second);
+}
+
+// The share of its reference a goodness may reach and still be slow: a
+// latency (1 + t) times its reference is a goodness 1 / (1 + t) of it.
+double SlowShare(const std::string& metric, const Thresholds& thresholds) {
+  return metric == "bandwidth" ? 1 - thresholds.bandwidth_tolerance
+         : metric == "latency" ? 1 / (1 + thresholds.latency_tolerance)
+                               : 1 - thresholds.baseline_tolerance;
+}
+
+std::map<std::pair<int, int>, const Cell*> Saved(
+    const std::vector<Cell>* baseline) {
+  std::map<std::pair<int, int>, const Cell*> saved;
+  if (baseline != nullptr) {
+    for (const Cell& cell : *baseline) saved[{cell.src, cell.dst}] = &cell;
+  }
+  return saved;
 }
 
 }  // namespace
@@ -962,6 +998,15 @@ Rounds ConfirmationRounds(const Verdict& verdict,
   for (const auto& pair : pairs) {
     if (!alone.count(pair)) others.push_back(pair);
   }
+  if (with_controls && std::any_of(verdict.findings.begin(),
+                                   verdict.findings.end(), IsSpeedRank)) {
+    for (const auto& control : RankControls(verdict, ranks)) {
+      if (!alone.count(control) &&
+          std::find(others.begin(), others.end(), control) == others.end()) {
+        others.push_back(control);
+      }
+    }
+  }
   for (auto& round : InRounds(others)) rounds.push_back(std::move(round));
   return rounds;
 }
@@ -972,27 +1017,14 @@ bool StandsOutOfItsControls(const Finding& link,
                             const Thresholds& thresholds,
                             const std::vector<Cell>* baseline) {
   if (!IsSpeedLink(link)) return true;
-  std::map<std::pair<int, int>, const Cell*> saved;
-  if (baseline != nullptr) {
-    for (const Cell& cell : *baseline) saved[{cell.src, cell.dst}] = &cell;
-  }
-  // A cell's goodness by `metric`, higher better (a bandwidth, the inverse
-  // of a latency, the ratio to its baseline); 0 when it has none.
-  auto goodness = [&](const Cell& cell, const std::string& metric) {
-    if (metric == "bandwidth") return cell.bandwidth_gbps;
-    if (metric == "latency") {
-      return cell.latency_us > 0 ? 1 / cell.latency_us : 0.0;
-    }
-    auto it = saved.find({cell.src, cell.dst});
-    return it == saved.end() ? 0.0 : BaselineRatio(cell, *it->second);
-  };
+  const auto saved = Saved(baseline);
   // The worse of a pair's two directions as `again` measured them; 0 when
   // neither was.
   auto worse = [&](std::pair<int, int> pair, const std::string& metric) {
     double figure = 0;
     for (const Cell& cell : again) {
       if (Ordered(cell.src, cell.dst) != pair || cell.broken()) continue;
-      const double value = goodness(cell, metric);
+      const double value = Goodness(cell, metric, saved);
       if (value > 0) figure = figure == 0 ? value : std::min(figure, value);
     }
     return figure;
@@ -1011,12 +1043,83 @@ bool StandsOutOfItsControls(const Finding& link,
     }
     if (suspect <= 0 || beside.empty()) continue;
     compared = true;
-    // A latency (1 + t) times its reference is a goodness 1 / (1 + t) of it.
-    const double most =
-        metric == "bandwidth" ? 1 - thresholds.bandwidth_tolerance
-        : metric == "latency" ? 1 / (1 + thresholds.latency_tolerance)
-                              : 1 - thresholds.baseline_tolerance;
-    if (suspect <= Median(beside) * most) return true;
+    if (suspect <= Median(beside) * SlowShare(metric, thresholds)) return true;
+  }
+  return !compared;
+}
+
+std::vector<std::pair<int, int>> RankControls(const Verdict& verdict,
+                                              const std::vector<Rank>& ranks) {
+  std::set<int> suspected;
+  for (const Finding& f : verdict.findings) {
+    suspected.insert(f.ranks.begin(), f.ranks.end());
+  }
+  std::vector<const Rank*> free;
+  for (const Rank& r : ranks) {
+    if (!suspected.count(r.rank)) free.push_back(&r);
+  }
+  std::vector<std::pair<int, int>> controls;
+  for (const bool within : {true, false}) {
+    bool found = false;
+    for (size_t i = 0; i < free.size() && !found; ++i) {
+      for (size_t j = i + 1; j < free.size() && !found; ++j) {
+        if ((free[i]->host == free[j]->host) != within) continue;
+        controls.push_back(Ordered(free[i]->rank, free[j]->rank));
+        found = true;
+      }
+    }
+  }
+  return controls;
+}
+
+bool RankStandsOutOfItsControls(
+    const Finding& rank, const std::vector<std::pair<int, int>>& controls,
+    const std::vector<Cell>& again, const std::vector<Rank>& ranks,
+    const Thresholds& thresholds, const std::vector<Cell>* baseline) {
+  if (!IsSpeedRank(rank)) return true;
+  const int suspect = rank.ranks[0];
+  const auto saved = Saved(baseline);
+  std::map<int, std::string> host_of;
+  for (const Rank& r : ranks) host_of[r.rank] = r.host;
+  auto within = [&](const Cell& cell) {
+    return host_of[cell.src] == host_of[cell.dst];
+  };
+  const bool sends = rank.direction != "recv";
+  const bool receives = rank.direction != "send";
+  std::vector<std::string> metrics = rank.also_by;
+  metrics.push_back(rank.metric);
+  bool compared = false;
+  for (const std::string& metric : metrics) {
+    if (!IsSpeed(metric)) continue;
+    // The controls' median per class (within a host, between hosts).
+    std::vector<double> beside[2];
+    for (const Cell& cell : again) {
+      if (cell.broken() ||
+          std::find(controls.begin(), controls.end(),
+                    Ordered(cell.src, cell.dst)) == controls.end()) {
+        continue;
+      }
+      if (const double value = Goodness(cell, metric, saved); value > 0) {
+        beside[within(cell) ? 1 : 0].push_back(value);
+      }
+    }
+    // Each of the rank's cells in the finding's direction against its
+    // class's controls.
+    std::vector<double> shares;
+    for (const Cell& cell : again) {
+      if (cell.broken() || !((sends && cell.src == suspect) ||
+                             (receives && cell.dst == suspect))) {
+        continue;
+      }
+      const auto& reference = beside[within(cell) ? 1 : 0];
+      const double value = Goodness(cell, metric, saved);
+      if (value > 0 && !reference.empty()) {
+        shares.push_back(value / Median(reference));
+      }
+    }
+    if (shares.empty()) continue;
+    compared = true;
+    if (Median(shares) <= SlowShare(metric, thresholds)) return true;
   }
   return !compared;
 }
@@ -1175,14 +1278,21 @@ absl::Status Examine(const std::vector<Rank>& ranks,
     }
     if (!s.ok()) return s;
     Verdict next = judge();
-    // A link slow again, but no slower than its controls measured beside it
-    // in time, was slow for the moment: it is not seen twice.
+    // A link slow again, but no slower than its controls measured right
+    // after it, was slow for the moment: it is not seen twice.
+    // So was a rank whose pairs were no slower than the pairs of
+    // unsuspected ranks measured beside them.
+    const auto rank_controls = RankControls(current, ranks);
     std::erase_if(next.findings, [&](const Finding& f) {
-      return !sampled && IsSpeedLink(f) &&
-             !StandsOutOfItsControls(
-                 f,
-                 LinkControls(current, Ordered(f.ranks[0], f.ranks[1]), ranks),
-                 again, options.thresholds, options.baseline);
+      if (sampled) return false;
+      if (IsSpeedLink(f)) {
+        return !StandsOutOfItsControls(
+            f, LinkControls(current, Ordered(f.ranks[0], f.ranks[1]), ranks),
+            again, options.thresholds, options.baseline);
+      }
+      return IsSpeedRank(f) &&
+             !RankStandsOutOfItsControls(f, rank_controls, again, ranks,
+                                         options.thresholds, options.baseline);
     });
     search.verdict = Confirmed(current, next, ranks);
     // Every finding seen twice: done. Otherwise the new suspects are the

@@ -141,7 +141,8 @@ Rounds InRounds(const std::vector<std::pair<int, int>>& pairs);
 // share (a switch, a NIC, a loaded host's cores), and a suspect measured
 // again beside the same pairs is slowed by the same neighbours again.
 // With `with_controls`, each named link's own round is followed by its
-// controls' (LinkControls), each alone too.
+// controls' (LinkControls), each alone too, and the named ranks' controls
+// (RankControls) run among the other pairs.
 Rounds ConfirmationRounds(const Verdict& verdict,
                           const std::vector<std::pair<int, int>>& pairs,
                           const std::vector<Rank>& ranks, bool with_controls);
@@ -156,6 +157,21 @@ Rounds ConfirmationRounds(const Verdict& verdict,
 std::vector<std::pair<int, int>> LinkControls(const Verdict& verdict,
                                               std::pair<int, int> link,
                                               const std::vector<Rank>& ranks);
+// The controls of the ranks `verdict` names: up to two pairs of ranks no
+// finding suspects, one within a host and one between hosts where there
+// are such, lower first. Measured in the same rounds as the suspected
+// ranks' pairs, beside them, they tell a slow rank from a slow moment.
+std::vector<std::pair<int, int>> RankControls(const Verdict& verdict,
+                                              const std::vector<Rank>& ranks);
+// Whether rank finding `rank` (bandwidth, latency, baseline) is still slow
+// next to the `controls` as `again` measured them: the median of its cells
+// in the finding's direction, each against the controls' median of its
+// class (within a host, between hosts), at most the metric's tolerance.
+// True when there is nothing to compare with.
+bool RankStandsOutOfItsControls(
+    const Finding& rank, const std::vector<std::pair<int, int>>& controls,
+    const std::vector<Cell>& again, const std::vector<Rank>& ranks,
+    const Thresholds& thresholds, const std::vector<Cell>* baseline = nullptr);
 // Whether link finding `link` is still slow next to its `controls` as
 // `again` measured them, by one of the metrics that named it (bandwidth,
 // latency, or the ratio to `baseline`'s cells) and that metric's tolerance:

@@ -283,6 +283,75 @@ TEST(DoctorJudgeTest, ALinkSlowOnlyWhileEverythingIsSlowIsNotNamed) {
   EXPECT_TRUE(StandsOutOfItsControls(against, controls, now, thresholds));
 }
 
+// A rank slow again, but no slower than the pairs of unsuspected ranks
+// measured beside it, was slow for the moment. From a run under
+// `stress-ng --cpu 2` (ccctl_doctor_test, 4 CPU workers on 2 cores): rank
+// 1's receive latency was 4x its peers' in the matrix and again in the
+// confirmation, and rank 1 was named ahead of the throttled rank 2.
+TEST(DoctorJudgeTest, ARankSlowOnlyWhileEverythingIsSlowIsNotNamed) {
+  const std::vector<Rank> ranks = Cluster{4}.ranks();
+  Cluster cluster{4};
+  cluster.fault = [](const Cell& c) { return c.src == 2 || c.dst == 2; };
+  cluster.factor = 0.2;
+  for (int seed = 0; seed < 20; ++seed) {
+    std::mt19937 rng(seed);
+    // The matrix: what rank 1 receives is 4x slow. The confirmation: the
+    // whole machine is, the controls' pair too.
+    int call = 0;
+    const MeasureFn measure = [&](const Rounds& rounds, const std::string&,
+                                  std::vector<Cell>& cells) {
+      const bool loaded = call++ > 0;
+      for (const auto& round : rounds) {
+        for (const auto& [a, b] : round) {
+          for (const auto& [s, d] : {std::pair{a, b}, std::pair{b, a}}) {
+            Cell cell = cluster.One(s, d, rng);
+            if (loaded || d == 1) cell.latency_us *= 4;
+            cells.push_back(cell);
+          }
+        }
+      }
+      return absl::OkStatus();
+    };
+    Search search;
+    ASSERT_TRUE(Examine(ranks, {}, SearchOptions{}, measure, search).ok());
+    ASSERT_FALSE(search.verdict.findings.empty()) << "seed " << seed;
+    EXPECT_EQ(search.verdict.findings[0].ranks, std::vector<int>{2})
+        << "seed " << seed << ": " << search.verdict.findings[0].evidence;
+    EXPECT_EQ(search.verdict.findings.size(), 1u)
+        << "seed " << seed << ": " << search.verdict.findings.back().evidence;
+  }
+
+  // The controls: two unsuspected ranks, within a host and between hosts.
+  Verdict two;
+  two.findings = {Blaming(Blame::kRank, {1}, "latency"),
+                  Blaming(Blame::kRank, {2}, "bandwidth")};
+  EXPECT_EQ(RankControls(two, Cluster{4}.ranks()),
+            (std::vector<std::pair<int, int>>{{0, 3}}));
+  EXPECT_EQ(RankControls(two, Cluster{8, 2}.ranks()),
+            (std::vector<std::pair<int, int>>{{4, 5}, {0, 3}}));
+  Verdict all;
+  all.findings = {Blaming(Blame::kRank, {0}, "latency"),
+                  Blaming(Blame::kRank, {1}, "latency"),
+                  Blaming(Blame::kRank, {2}, "latency")};
+  EXPECT_TRUE(RankControls(all, Cluster{4}.ranks()).empty());
+  // A rank slow beside fast controls stands out; beside as slow ones not.
+  Finding receives = Blaming(Blame::kRank, {1}, "latency");
+  receives.direction = "recv";
+  std::vector<Cell> again{{0, 1, 1.0, 100.0},
+                          {2, 1, 1.0, 100.0},
+                          {3, 1, 1.0, 100.0},
+                          {0, 3, 1.0, 25.0},
+                          {3, 0, 1.0, 25.0}};
+  const Thresholds thresholds;
+  EXPECT_TRUE(RankStandsOutOfItsControls(receives, {{0, 3}}, again,
+                                         Cluster{4}.ranks(), thresholds));
+  again[3].latency_us = again[4].latency_us = 90;
+  EXPECT_FALSE(RankStandsOutOfItsControls(receives, {{0, 3}}, again,
+                                          Cluster{4}.ranks(), thresholds));
+  EXPECT_TRUE(RankStandsOutOfItsControls(receives, {}, again,
+                                         Cluster{4}.ranks(), thresholds));
+}
+
 // What both verdicts had is named, whichever of the two was the narrower.
 // The case from a loaded run (doctor_faults_test, link 0-4 throttled): the
 // first verdict named the link, the second named rank 0 by latency with the
