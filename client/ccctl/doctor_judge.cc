@@ -894,10 +894,9 @@ bool IsSpeed(const std::string& metric) {
   return metric == "bandwidth" || metric == "latency" || metric == "baseline";
 }
 
-bool NamedBySpeed(const Finding& f) {
-  return IsSpeed(f.metric) ||
-         std::any_of(f.also_by.begin(), f.also_by.end(), IsSpeed);
-}
+// A finding named first by a speed (its worst evidence); one named for an
+// arrival or errors is not re-measured, whatever speeds it also cites.
+bool NamedBySpeed(const Finding& f) { return IsSpeed(f.metric); }
 
 bool IsSpeedLink(const Finding& f) {
   return f.blame == Blame::kLink && f.ranks.size() == 2 && NamedBySpeed(f);

@@ -350,6 +350,12 @@ TEST(DoctorJudgeTest, ARankSlowOnlyWhileEverythingIsSlowIsNotNamed) {
                                           Cluster{4}.ranks(), thresholds));
   EXPECT_TRUE(RankStandsOutOfItsControls(receives, {}, again,
                                          Cluster{4}.ranks(), thresholds));
+  // Named for its arrival (measured once, not again), with its latency as
+  // more evidence: not judged on the latency alone.
+  Finding late = Blaming(Blame::kRank, {1}, "arrival");
+  late.also_by = {"latency"};
+  EXPECT_TRUE(RankStandsOutOfItsControls(late, {{0, 3}}, again,
+                                         Cluster{4}.ranks(), thresholds));
 }
 
 // What both verdicts had is named, whichever of the two was the narrower.
