@@ -1164,6 +1164,22 @@ Verdict Confirmed(const Verdict& first, Verdict second,
   return second;
 }
 
+Verdict ConfirmedArrivals(Verdict verdict, const std::vector<Rank>& ranks,
+                          const std::vector<CollectiveTimes>& again,
+                          const Thresholds& thresholds) {
+  if (again.empty()) return verdict;
+  std::set<int> late_again;
+  for (const Finding& f : Judge(ranks, {}, again, thresholds).findings) {
+    if (f.metric == "arrival")
+      late_again.insert(f.ranks.begin(), f.ranks.end());
+  }
+  std::erase_if(verdict.findings, [&](const Finding& f) {
+    return f.metric == "arrival" && f.blame == Blame::kRank &&
+           !late_again.count(f.ranks[0]);
+  });
+  return verdict;
+}
+
 void KeepBest(std::vector<Cell>& cells, const std::vector<Cell>& again) {
   std::map<std::pair<int, int>, const Cell*> measured;
   for (const Cell& cell : again) measured[{cell.src, cell.dst}] = &cell;

@@ -197,6 +197,15 @@ void KeepBest(std::vector<Cell>& cells, const std::vector<Cell>& again);
 Verdict Confirmed(const Verdict& first, Verdict second,
                   const std::vector<Rank>& ranks);
 
+// An arrival finding rests on one set of all_reduces: a rank late by
+// chance (a loaded host's scheduler) is not late again. Keeps each finding
+// named for an arrival whose rank is late again in `again` (judged as the
+// first set was), and the other findings as they are; with `again` empty
+// (not measured), `verdict` as it is.
+Verdict ConfirmedArrivals(Verdict verdict, const std::vector<Rank>& ranks,
+                          const std::vector<CollectiveTimes>& again,
+                          const Thresholds& thresholds);
+
 // The next step of a search that did not measure every pair (--bisect):
 // each rank a finding of `verdict` suspects (a rank, a host's ranks, a
 // link's two ends) with up to `partners` ranks it has not met (`met`, lower
