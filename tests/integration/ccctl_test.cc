@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -375,16 +376,30 @@ TEST_F(CcctlTest, DoctorMeasuresEveryPairAndNamesAThrottledRank) {
   throttling = false;
   throttle.join();
   kill(pid, SIGCONT);
+  // The throttled rank is named, as a rank. Not necessarily first: findings
+  // sort on how far a figure is from normal, and under this test's load (2
+  // cores, another test's clusters beside it) the throttle shows as about
+  // 6x, while one pair's latency was once 6.5x its peers' in the matrix,
+  // again in the confirmation and next to its controls (CI: 1 -> 0, 968 us
+  // against 148 us). What the doctor promises is to name what it measured
+  // twice, the throttled rank among it; doctor_judge_test holds the order
+  // on planted faults.
   ASSERT_EQ(slow.exit_code, 3) << slow.out << slow.err;
   const auto findings = nlohmann::json::parse(slow.out)["findings"];
-  ASSERT_FALSE(findings.empty());
-  EXPECT_EQ(findings[0]["blame"], "rank") << findings;
-  EXPECT_EQ(findings[0]["ranks"], nlohmann::json::array({throttled_rank}))
-      << findings;
+  const bool named = std::any_of(
+      findings.begin(), findings.end(), [&](const nlohmann::json& finding) {
+        return finding["blame"] == "rank" &&
+               finding["ranks"] == nlohmann::json::array({throttled_rank});
+      });
+  EXPECT_TRUE(named) << findings;
   EXPECT_EQ(against.exit_code, 3) << against.out << against.err;
-  EXPECT_NE(against.out.find(absl::StrCat("1. rank ", throttled_rank, " ")),
-            std::string::npos)
-      << against.out;
+  bool named_against = false;
+  for (int place = 1; place <= 20; ++place) {
+    named_against |=
+        against.out.find(absl::StrCat("\n", place, ". rank ", throttled_rank,
+                                      " ")) != std::string::npos;
+  }
+  EXPECT_TRUE(named_against) << against.out;
   EXPECT_NE(against.out.find("judged against the baseline"), std::string::npos);
   // Bad input: a baseline that is not one, sizes that differ from it.
   std::ofstream(dir_ / "not.json") << "{]";
