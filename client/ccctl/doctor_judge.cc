@@ -975,8 +975,7 @@ Rounds ConfirmationRounds(const Verdict& verdict,
                           const std::vector<Rank>& ranks, bool with_controls) {
   std::vector<std::pair<int, int>> links;
   for (const Finding& f : verdict.findings) {
-    if (f.blame != Blame::kLink || f.ranks.size() != 2) continue;
-    if (f.metric == "errors" || f.metric == "arrival") continue;
+    if (!IsSpeedLink(f)) continue;
     const auto link = Ordered(f.ranks[0], f.ranks[1]);
     if (std::find(links.begin(), links.end(), link) == links.end()) {
       links.push_back(link);

@@ -201,6 +201,22 @@ TEST(DoctorJudgeTest, ASuspectedLinkIsMeasuredAgainAlone) {
   }
 }
 
+// The doctor (Examine) with `measure` names `rank`, as a rank, and nothing
+// else.
+void ExpectOnlyRankNamed(const std::vector<Rank>& ranks,
+                         const MeasureFn& measure, int rank, int seed) {
+  Search search;
+  ASSERT_TRUE(Examine(ranks, {}, SearchOptions{}, measure, search).ok());
+  ASSERT_FALSE(search.verdict.findings.empty()) << "seed " << seed;
+  const Finding& first = search.verdict.findings[0];
+  EXPECT_EQ(first.blame, Blame::kRank)
+      << "seed " << seed << ": " << first.evidence;
+  EXPECT_EQ(first.ranks, std::vector<int>{rank})
+      << "seed " << seed << ": " << first.evidence;
+  EXPECT_EQ(search.verdict.findings.size(), 1u)
+      << "seed " << seed << ": " << search.verdict.findings.back().evidence;
+}
+
 // A link slow both times it was measured, alone too, but no slower than its
 // controls measured right after it, was slow for the moment. From CI
 // (ccctl_doctor_test beside another test's clusters on 2 cores): 1 <-> 3's
@@ -237,14 +253,7 @@ TEST(DoctorJudgeTest, ALinkSlowOnlyWhileEverythingIsSlowIsNotNamed) {
       }
       return absl::OkStatus();
     };
-    Search search;
-    ASSERT_TRUE(Examine(ranks, {}, SearchOptions{}, measure, search).ok());
-    ASSERT_FALSE(search.verdict.findings.empty()) << "seed " << seed;
-    EXPECT_EQ(search.verdict.findings[0].blame, Blame::kRank)
-        << "seed " << seed << ": " << search.verdict.findings[0].evidence;
-    EXPECT_EQ(search.verdict.findings[0].ranks, std::vector<int>{2});
-    EXPECT_EQ(search.verdict.findings.size(), 1u)
-        << "seed " << seed << ": " << search.verdict.findings.back().evidence;
+    ExpectOnlyRankNamed(ranks, measure, 2, seed);
   }
 
   // The same link slow all the time stands out of its controls: named.
@@ -312,13 +321,7 @@ TEST(DoctorJudgeTest, ARankSlowOnlyWhileEverythingIsSlowIsNotNamed) {
       }
       return absl::OkStatus();
     };
-    Search search;
-    ASSERT_TRUE(Examine(ranks, {}, SearchOptions{}, measure, search).ok());
-    ASSERT_FALSE(search.verdict.findings.empty()) << "seed " << seed;
-    EXPECT_EQ(search.verdict.findings[0].ranks, std::vector<int>{2})
-        << "seed " << seed << ": " << search.verdict.findings[0].evidence;
-    EXPECT_EQ(search.verdict.findings.size(), 1u)
-        << "seed " << seed << ": " << search.verdict.findings.back().evidence;
+    ExpectOnlyRankNamed(ranks, measure, 2, seed);
   }
 
   // The controls: two unsuspected ranks, within a host and between hosts.
