@@ -252,18 +252,31 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Split(
       return absl::FailedPreconditionError(
           absl::StrCat(where, ": the parent communicator was aborted"));
     }
-    child = SplitComm(control_.comm, member ? 0 : NCCL_SPLIT_NOCOLOR, key,
+    // A non-member takes a color of its own, not NCCL_SPLIT_NOCOLOR: in
+    // NCCL 2.28 a NOCOLOR split whose rendezvous fails (a peer that never
+    // joins, then the parent's abort at the re-form) ends in
+    // ncclCommInitRankFunc writing its result through a null communicator,
+    // and the worker died of SIGSEGV (GPU failure suite, simulated hosts).
+    // Its own color makes it a communicator of one, let go of at once.
+    const int color = member ? 0 : 1 + rank_;
+    child = SplitComm(control_.comm, color, key,
                       LaneConfig(/*blocking=*/false, /*small=*/true), deadline);
   }
   if (!child.ok()) {
     const absl::Status why(child.status().code(),
                            absl::StrCat(where, ": ", child.status().message()));
-    // A split that timed out left the parent mid-collective with peers that
-    // never came: unusable.
-    if (absl::IsDeadlineExceeded(child.status())) AbortComm(why);
+    // A split that timed out left the control lane mid-rendezvous with
+    // peers that never came: unusable, and the world re-forms. It is only
+    // marked broken here; its lanes are aborted with the generation, so
+    // that the answer (and its diagnosis) is not held up by the aborts.
+    if (absl::IsDeadlineExceeded(child.status())) Poison(why);
     return why;
   }
-  if (*child == nullptr) return std::unique_ptr<Communicator>();
+  if (!member) {
+    cudaSetDevice(device_);
+    ncclCommAbort(*child);
+    return std::unique_ptr<Communicator>();
+  }
   return AdoptChild(*child, device_, where, deadline);
 }
 
