@@ -9,6 +9,10 @@ ccl_gtest(arrival_check_unit_tests SOURCES arrival_check_test.cc
   LIBS ccl_worker_core LABELS unit TIMEOUT 60)
 ccl_gtest(plan_work_unit_tests SOURCES plan_work_test.cc
   LIBS ccl_worker_core LABELS unit TIMEOUT 60)
+# A bench stops before its call's deadline on a backend whose ops run after
+# their launch returns (NCCL's), with a queued fake device.
+ccl_gtest(bench_work_unit_tests SOURCES bench_work_test.cc
+  LIBS ccl_worker_core LABELS unit TIMEOUT 60)
 ccl_gtest(rank_view_unit_tests SOURCES rank_view_test.cc
   LIBS ccl_worker_core LABELS unit TIMEOUT 60)
 # The CPU backend's reduce arithmetic: every narrow-float conversion and
