@@ -401,6 +401,23 @@ double RoundOnceSaturating(DType dtype, double exact) {
   return rounded;
 }
 
+// x + y rounded once to `dtype`, x and y exact doubles (a narrow float times
+// a narrow float is). Their double sum may itself be rounded, and a sum that
+// lands exactly halfway between two values of the dtype would then round to
+// even where the exact one does not (seen on an H100: 2^29 * 1.25 times
+// bfloat16's 0.30078125 is such a tie, and a product of 1.9e-27 beside it
+// decides it upwards). What the double sum lost moves it a double's ulp
+// that way, far below the dtype's, so only ties change.
+double RoundFusedOnce(DType dtype, double x, double y) {
+  double sum = x + y;
+  const double y_part = sum - x;
+  const double lost = (x - (sum - y_part)) + (y - y_part);  // exact (TwoSum)
+  if (lost != 0) {
+    sum = std::nextafter(sum, lost > 0 ? HUGE_VAL : -HUGE_VAL);
+  }
+  return RoundOnceSaturating(dtype, sum);
+}
+
 TEST_P(ConformanceTest, NarrowFloatsRoundOnceAsNcclDoes) {
   const int64_t n = 4096;
   const double scale = 0.3;  // rounded to the dtype first, as NCCL's scalar
@@ -495,12 +512,10 @@ TEST_P(ConformanceTest, NarrowFloatsRoundOnceAsNcclDoes) {
             // round(b*s)), a the element of whichever rank reduces it.
             const double a = values[0][i];
             const double b = values[1][i];
-            const double fused_a = RoundOnceSaturating(
-                dtype,
-                std::fma(a, factor, RoundOnceSaturating(dtype, b * factor)));
-            const double fused_b = RoundOnceSaturating(
-                dtype,
-                std::fma(b, factor, RoundOnceSaturating(dtype, a * factor)));
+            const double fused_a = RoundFusedOnce(
+                dtype, a * factor, RoundOnceSaturating(dtype, b * factor));
+            const double fused_b = RoundFusedOnce(
+                dtype, b * factor, RoundOnceSaturating(dtype, a * factor));
             same = got[i] == fused_a || got[i] == fused_b;
             if (!same) want = fused_a;
           }
