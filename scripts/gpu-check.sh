@@ -89,6 +89,9 @@ export CCL_BINARY_CCCTL=$bundle/bin/ccctl
 export CCCTL_STATE_DIR=$OUT/ccctl-state
 mkdir -p "$CCCTL_STATE_DIR"
 ccctl=$bundle/bin/ccctl
+# The failure suites' DumpStacks looks for eu-stack on PATH (the GPU
+# machine has no gdb): a hung worker's threads then reach the log.
+[[ -x $bundle/bin/eu-stack ]] && export PATH="$bundle/bin:$PATH"
 
 # A run cut short (the device call's time limit, Ctrl-C) must not leave
 # workers holding the GPUs: the next run on the same machine would measure
